@@ -1,0 +1,1 @@
+"""The ``fednsl`` command line. Each module here exporting ``command`` adds a subcommand."""

@@ -1,0 +1,115 @@
+"""``fednsl`` — train federated rule learners, inspect data and rules, verify the protocol.
+
+Subcommands defined in other modules of this package (``fednsl.cli.<name>.command``) are
+discovered automatically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+import sys
+from pathlib import Path
+
+import click
+
+import fednsl
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(fednsl.__version__, prog_name="fednsl")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Federated neuro-symbolic rule learning (FedNSL, FedSTL, LogiCP, knowledge-injected FL).
+
+    Start with `fednsl configs` and `fednsl train CONFIG`.
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+@click.argument("config")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config entry, e.g. --set rounds=3 --set method_kwargs.kl_weight=0.1 "
+                   "(values are parsed as YAML; repeatable).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Run directory (default: runs/<config>-seed<seed>-<timestamp>).")
+@click.option("--resume", is_flag=True,
+              help="Continue the run in --out (or the newest run of this config) from its last checkpoint; "
+                   "the result equals an uninterrupted run.")
+@click.option("--engine", default=None,
+              help="Where rounds run: inprocess (default), or another registered engine "
+                   "(see `fednsl methods`). Same as --set engine=NAME.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool, engine: str | None,
+          quiet: bool) -> None:
+    """Train the method of CONFIG (a YAML path or the name of a shipped config).
+
+    Writes RUN_DIR/config.yaml (resolved), metrics.jsonl and metrics.csv, checkpoints/,
+    plots/*.png, summary.json, run.log, and rules.tsv/rules.json for rule-learning methods.
+    """
+    from fednsl.config import load_config
+    from fednsl.pipeline import train as run_train
+
+    ov = list(overrides) + ([f"engine={engine}"] if engine else [])
+    try:
+        cfg = load_config(config, ov)
+        result = run_train(cfg, out, resume=resume, progress=not quiet)
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError) as exc:
+        raise click.ClickException(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)) from exc
+    click.echo(f"results: {result.run_dir}")
+    for name in ("metrics.jsonl", "plots", "rules.tsv", "summary.json"):
+        if (result.run_dir / name).exists():
+            click.echo(f"  {result.run_dir / name}")
+
+
+@cli.command()
+def configs() -> None:
+    """List the shipped experiment configs (run one with `fednsl train NAME`)."""
+    from fednsl.config import shipped_configs
+
+    for name, desc in shipped_configs():
+        click.echo(f"{name:32s} {desc}")
+
+
+@cli.command()
+def methods() -> None:
+    """List the registered methods (strategy + client pairs) and engines."""
+    from fednsl.pipeline import ENGINES
+    from fednsl.registry import load_methods
+
+    reg = load_methods()
+    click.echo("methods:")
+    for name in reg.names():
+        click.echo(f"  {name:24s} {reg.get(name).doc}")
+    click.echo("engines:")
+    for name in ENGINES.names():
+        click.echo(f"  {name}")
+
+
+def _discover() -> None:
+    import fednsl.cli as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name in ("main",):
+            continue
+        mod = importlib.import_module(f"fednsl.cli.{info.name}")
+        command = getattr(mod, "command", None)
+        if isinstance(command, click.Command):
+            cli.add_command(command)
+
+
+_discover()
+
+
+def main() -> None:
+    try:
+        cli(prog_name="fednsl")
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

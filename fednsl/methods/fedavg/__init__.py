@@ -1,0 +1,27 @@
+"""FedAvg (McMahan et al., 2017) on a small torch classifier: the first method and the baselines' base."""
+
+from __future__ import annotations
+
+from fednsl.config import RunConfig
+from fednsl.federation.runner import Federation
+from fednsl.methods.fedavg.client import TorchClassifierClient
+from fednsl.methods.fedavg.config import FedAvgConfig
+from fednsl.methods.fedavg.strategy import FedAvgStrategy
+from fednsl.methods.fedavg.task import BlobsConfig, get_weights, make_blobs_federation, mlp
+from fednsl.registry import build_kwargs, register_method
+
+__all__ = ["FedAvgConfig", "FedAvgStrategy", "TorchClassifierClient", "build_fedavg"]
+
+
+@register_method("fedavg", doc="FedAvg: weighted mean of client weights (McMahan et al. 2017)")
+def build_fedavg(config: RunConfig) -> Federation:
+    cfg = build_kwargs(FedAvgConfig, config.method_kwargs, "method_kwargs (fedavg)")
+    data_cfg = build_kwargs(BlobsConfig, config.data, "data (fedavg)")
+    if data_cfg.name != "blobs":
+        raise ValueError(f"fedavg: unknown data.name {data_cfg.name!r}; available: 'blobs'")
+    parts = make_blobs_federation(data_cfg, config.seed)
+    init = get_weights(mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=config.seed))
+    clients = {cid: TorchClassifierClient(cid, d, mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=0))
+               for cid, d in parts.items()}
+    summary = {"clients": len(clients), "train_examples": int(sum(len(d.y_train) for d in parts.values()))}
+    return Federation(FedAvgStrategy(init, cfg), clients, summary)
