@@ -148,11 +148,12 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
         if isinstance(value, float) and not np.isfinite(value):
             fail(name, f"metric is not finite ({value})")
 
+    for spec in schema.arrays:
+        if spec.required and spec.name not in message.arrays:
+            fail(spec.name, "missing required array")
     sizes: dict[str, int] = {}
     for spec in schema.arrays:
         if spec.name not in message.arrays:
-            if spec.required:
-                fail(spec.name, "missing required array")
             continue
         arr = message.arrays[spec.name]
         if not isinstance(arr, np.ndarray):

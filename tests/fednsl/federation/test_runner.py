@@ -1,0 +1,174 @@
+"""Real FedAvg runs through the in-process engine: dropout, quorum, resume, determinism, privacy."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fednsl.config import RunConfig
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.federation.tracking import Checkpoints
+from fednsl.pipeline import build_federation, train
+
+TIMING = ("time_s", "bytes")
+
+
+def config(rounds: int = 3, **fed) -> RunConfig:
+    return RunConfig(method="fedavg", rounds=rounds, seed=7, name="t",
+                     data={"num_clients": 5, "samples_per_client": 60, "features": 4},
+                     method_kwargs={"hidden": 8},
+                     federation={"min_clients": 2, "client_timeout_s": 5.0, **fed})
+
+
+def strip(rows):
+    return [{k: v for k, v in r.items() if not any(t in k for t in TIMING)} for r in rows]
+
+
+class Raising(Client):
+    def __init__(self, cid):
+        self.cid = cid
+
+    def train(self, msg):
+        raise RuntimeError("disk full")
+
+    evaluate = train
+
+
+class Hanging(Client):
+    def __init__(self, inner: Client, seconds: float):
+        self.cid, self.inner, self.seconds = inner.cid, inner, seconds
+
+    def train(self, msg):
+        time.sleep(self.seconds)
+        return self.inner.train(msg)
+
+    def evaluate(self, msg):
+        return self.inner.evaluate(msg)
+
+
+class NaNSender(Client):
+    def __init__(self, inner: Client):
+        self.cid, self.inner = inner.cid, inner
+
+    def train(self, msg):
+        reply = self.inner.train(msg)
+        first = next(iter(reply.arrays))
+        reply.arrays[first] = np.full_like(reply.arrays[first], np.nan)
+        return reply
+
+    def evaluate(self, msg):
+        return self.inner.evaluate(msg)
+
+
+def test_failed_clients_dropped_round_completes(tmp_path: Path):
+    cfg = config(rounds=2, client_timeout_s=3.0)
+    fed = build_federation(cfg)
+    ids = sorted(fed.clients)
+    fed.clients[ids[0]] = Raising(ids[0])
+    fed.clients[ids[1]] = Hanging(fed.clients[ids[1]], seconds=10.0)
+    fed.clients[ids[2]] = NaNSender(fed.clients[ids[2]])
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    rows = [r for r in result.rows if r["scope"] == "server" and r["stage"] == "train"]
+    assert [r["round"] for r in rows] == [1, 2]
+    r1 = rows[0]
+    assert r1["train.replies"] == 2 and r1["train.dropped"] == 3 and r1["train.aborted"] == 0
+    # the hanging client is still busy in round 2, so it is not sampled then
+    assert rows[1]["train.replies"] == 2 and rows[1]["train.dropped"] == 2
+    assert all(np.isfinite(v).all() for v in fed.strategy.weights.values())
+    log = (tmp_path / "run" / "run.log").read_text()
+    assert "disk full" in log and "timed out" in log and "non-finite" in log and ids[2] in log
+
+
+def test_quorum_loss_skips_stage_and_keeps_weights(tmp_path: Path):
+    cfg = config(rounds=1, min_clients=5)
+    fed = build_federation(cfg)
+    before = {k: v.copy() for k, v in fed.strategy.weights.items()}
+    cid = sorted(fed.clients)[0]
+    fed.clients[cid] = Raising(cid)
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    row = next(r for r in result.rows if r["scope"] == "server" and r["stage"] == "train")
+    assert row["train.aborted"] == 1
+    assert all(np.array_equal(before[k], fed.strategy.weights[k]) for k in before)
+
+
+def test_quorum_loss_abort_mode_raises(tmp_path: Path):
+    from fednsl.federation.runner import QuorumLostError
+    cfg = config(rounds=1, min_clients=5, on_quorum_loss="abort")
+    fed = build_federation(cfg)
+    cid = sorted(fed.clients)[0]
+    fed.clients[cid] = Raising(cid)
+    with pytest.raises(QuorumLostError, match="quorum is 5"):
+        train(cfg, tmp_path / "run", progress=False, federation=fed)
+
+
+def test_seeded_runs_are_bit_identical(tmp_path: Path):
+    a = train(config(fraction=0.6), tmp_path / "a", progress=False)
+    b = train(config(fraction=0.6), tmp_path / "b", progress=False)
+    assert strip(a.rows) == strip(b.rows)
+    wa, wb = a.federation.strategy.weights, b.federation.strategy.weights
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_equals_uninterrupted_run(tmp_path: Path):
+    full = train(config(rounds=4, fraction=0.6), tmp_path / "full", progress=False)
+    train(config(rounds=2, fraction=0.6), tmp_path / "part", progress=False)
+    # a crash leaves a torn newest checkpoint: resume must fall back to the previous one
+    ck = Checkpoints(tmp_path / "part")
+    (ck.dir / "round_0003.pt").write_bytes(b"torn")
+    resumed = train(config(rounds=4, fraction=0.6), tmp_path / "part", resume=True, progress=False)
+    assert strip(full.rows) == strip(resumed.rows)
+    wf, wr = full.federation.strategy.weights, resumed.federation.strategy.weights
+    assert all(np.array_equal(wf[k], wr[k]) for k in wf)
+
+
+def test_partial_participation_samples_fraction(tmp_path: Path):
+    res = train(config(rounds=3, fraction=0.4), tmp_path / "r", progress=False)
+    reps = [r["train.replies"] for r in res.rows if r["scope"] == "server" and r["stage"] == "train"]
+    assert reps == [2, 2, 2]
+    per_round = {}
+    for r in res.rows:
+        if r["scope"].startswith("client:") and r["stage"] == "train":
+            per_round.setdefault(r["round"], set()).add(r["scope"])
+    assert len(set(map(frozenset, per_round.values()))) > 1  # different clients across rounds
+
+
+def test_refuses_to_overwrite_a_run(tmp_path: Path):
+    train(config(rounds=1), tmp_path / "r", progress=False)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(config(rounds=1), tmp_path / "r", progress=False)
+
+
+def test_resume_rejects_changed_config(tmp_path: Path):
+    train(config(rounds=1), tmp_path / "r", progress=False)
+    changed = config(rounds=2)
+    changed.method_kwargs["lr"] = 0.5
+    with pytest.raises(ValueError, match="method_kwargs"):
+        train(changed, tmp_path / "r", resume=True, progress=False)
+
+
+def test_privacy_boundary_only_declared_fields_leave_clients(tmp_path: Path):
+    seen: list[tuple[str, Message]] = []
+    cfg = config(rounds=2)
+    fed = build_federation(cfg)
+    train(cfg, tmp_path / "r", progress=False, federation=fed,
+          message_hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None)
+    assert seen
+    raw = {cid: c.data for cid, c in fed.clients.items()}
+    for cid, msg in seen:
+        schema = fed.strategy.reply_schema(msg.kind)
+        assert set(msg.arrays) <= schema.array_names()
+        assert set(msg.metrics) <= set(schema.metrics) and not msg.config
+        for arr in msg.arrays.values():  # no raw sample or label travels
+            assert arr.shape[-1:] != raw[cid].x_train.shape[-1:] or arr.ndim != 2 or arr.shape[0] != len(raw[cid].x_train)
+            assert not np.array_equal(arr.ravel()[: raw[cid].y_train.size], raw[cid].y_train)
+
+
+def test_run_dir_outputs(tmp_path: Path):
+    res = train(config(rounds=2), tmp_path / "r", progress=False)
+    for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "plots/metrics.png", "run.log"):
+        assert (res.run_dir / name).exists(), name
+    assert len(Checkpoints(res.run_dir).list()) == 2
