@@ -24,7 +24,7 @@ import gzip
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -56,6 +56,8 @@ __all__ = [
 SPLIT_FILES = {"train": "train_annotated", "dev": "dev", "test": "test"}
 _SPLIT_ORDER = {"train": 0, "dev": 1, "test": 2}
 _TYPE_PREFIX = "type::"
+#: JSON files that may sit beside the split files but hold no documents (DocRED's rel_info, our manifest).
+_NOT_SPLITS = {"synthetic.json", "rel_info.json", "rel2id.json", "ner2id.json", "word2id.json", "char2id.json"}
 
 
 def split_of_file(path: Path) -> str:
@@ -69,7 +71,8 @@ def docred_files(path: Path) -> list[Path]:
     path = Path(path)
     if path.is_file():
         return [path]
-    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))]
+    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))
+             and p.name.removesuffix(".gz") not in _NOT_SPLITS]
     return sorted(files, key=lambda p: (_SPLIT_ORDER.get(split_of_file(p), 3), p.name))
 
 
@@ -93,7 +96,7 @@ def is_docred_source(path: Path) -> bool:
 
 def _open(path: Path, mode: str = "rt"):
     if path.name.endswith(".gz"):
-        return gzip.open(path, mode, encoding="utf-8")
+        return gzip.open(path, mode, encoding="utf-8", **({"compresslevel": 6} if "w" in mode else {}))
     return path.open(mode, encoding="utf-8")
 
 
@@ -118,7 +121,7 @@ def document_from_docred(obj: Any, *, file: str, split: str, report: LoadReport,
     """
     doc_id = str(obj.get("title", f"#{position}")) if isinstance(obj, dict) else f"#{position}"
 
-    def fail(msg: str) -> None:
+    def fail(msg: str) -> NoReturn:
         raise DataError(msg, file=file, doc_id=doc_id)
 
     if not isinstance(obj, dict):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class Vocab:
     """An ordered, immutable list of names; ``index(name)`` is the inverse of ``names[i]``."""
 
     names: tuple[str, ...]
-    kind: str = "name"
+    kind: str = field(default="name", compare=False)
 
     def __post_init__(self) -> None:
         names = tuple(str(n) for n in self.names)
@@ -317,7 +317,7 @@ def validate_document(doc: Document, num_relations: int, num_entity_types: int, 
     sentence ids within ``sentence_starts``.
     """
 
-    def fail(msg: str) -> None:
+    def fail(msg: str) -> NoReturn:
         raise DataError(msg, file=file or None, doc_id=doc.doc_id)
 
     n = doc.num_entities

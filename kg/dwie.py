@@ -18,8 +18,9 @@ Rules (each application is counted in ``Corpus.report``):
   present the entity gets ``untyped`` (default ``"other"``, the catch-all) — ``resolved['untyped_as_other']``
   (LogiRE's script leaves these to a stale variable, i.e. effectively arbitrary);
 - split = ``"train"`` or ``"test"`` from the document tags; relation vocabulary from a ``meta/rel2id.json``
-  found beside the data (order of its ids, ``"Na"`` removed; an unknown relation name is then an error) or
-  else the sorted names found in the data.
+  found beside the data (order of its ids, ``"Na"`` removed; an unknown relation name is then an error),
+  else :data:`DWIE_RELATIONS` (LogiRE's order) when the data uses only DWIE's relations, else the sorted
+  relation names found in the data (any relation set works).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -48,6 +49,8 @@ from kg.documents import (
 
 __all__ = [
     "DWIE_COARSE_TYPES",
+    "DWIE_RELATIONS",
+    "tokenize_documents",
     "coarse_type",
     "document_from_dwie",
     "iter_dwie_json",
@@ -59,6 +62,19 @@ __all__ = [
 #: The ten coarse entity types, in the order of LogiRE's ``meta/ner2id.json`` (spec §4).
 DWIE_COARSE_TYPES: tuple[str, ...] = (
     "location", "organization", "person", "misc", "event", "ethnicity", "time", "role", "money", "other",
+)
+
+#: The 65 DWIE relations in the id order of LogiRE's ``meta/rel2id.json`` ("Na" removed; spec §4).
+DWIE_RELATIONS: tuple[str, ...] = (
+    "citizen_of", "in0", "in0-x", "gpe0", "member_of", "agent_of", "citizen_of-x", "head_of_gov",
+    "institution_of", "part_of", "based_in0", "based_in0-x", "head_of", "minister_of", "minister_of-x",
+    "based_in2", "product_of", "head_of_gov-x", "agent_of-x", "head_of_state", "head_of_state-x", "agency_of",
+    "agency_of-x", "ministry_of", "in2", "player_of", "event_in0", "mayor_of", "award_received", "parent_of",
+    "spouse_of", "child_of", "appears_in", "vs", "won_vs", "spokesperson_of", "in1", "based_in1",
+    "based_in1-x", "gpe1", "created_by", "law_of", "coach_of", "event_in2", "signed_by", "based_in2-x",
+    "present_in0", "event_in", "directed_by", "character_in", "plays_in", "is_meeting", "sanctions", "sibling",
+    "advisor_of", "brand_of", "event_in0-x", "artifact_of", "gpe2", "played_by", "artifact_of-x", "founder_of",
+    "royalty_of", "event_in1", "publisher",
 )
 
 _DOC_FILE = re.compile(r"(^|/)DW_[^/]*\.json$")
@@ -162,7 +178,7 @@ def document_from_dwie(obj: dict[str, Any], *, file: str, type_vocab: Vocab, rep
     """
     doc_id = str(obj.get("id") or _doc_id_from_file(file)) if isinstance(obj, dict) else _doc_id_from_file(file)
 
-    def fail(msg: str) -> None:
+    def fail(msg: str) -> NoReturn:
         raise DataError(msg, file=file, doc_id=doc_id)
 
     if not isinstance(obj, dict):
@@ -261,10 +277,11 @@ def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types:
               skip_bad: bool = False, untyped: str = "other") -> Corpus:
     """Read DWIE annotations into a :class:`Corpus` (documents sorted by id).
 
-    ``relations``: the relation vocabulary; by default ``meta/rel2id.json`` beside the data, else the sorted
-    relation names found in the data. ``entity_types``: default ``meta/ner2id.json`` beside the data, else
-    :data:`DWIE_COARSE_TYPES`. ``skip_bad``: skip (and count in ``report.skipped``) documents with bad input
-    instead of raising :class:`DataError`.
+    ``relations``: the relation vocabulary; by default ``meta/rel2id.json`` beside the data, else
+    :data:`DWIE_RELATIONS` when the data uses only those, else the sorted relation names found.
+    ``entity_types``: default ``meta/ner2id.json`` beside the data, else :data:`DWIE_COARSE_TYPES`.
+    ``skip_bad``: skip (and count in ``report.skipped``) documents with bad input instead of raising
+    :class:`DataError`.
     """
     path = Path(path)
     report = LoadReport(source=str(path), format="dwie")
@@ -293,7 +310,10 @@ def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types:
         report.merge(local)
 
     if relations is None:
-        relations = Vocab(tuple(sorted({p for _, facts in parsed for _, p, _ in facts})), kind="relation")
+        found = {p for _, facts in parsed for _, p, _ in facts}
+        # DWIE's own relations keep LogiRE's ids (so rule files and dumps line up); any other set: sorted names
+        names = DWIE_RELATIONS if found <= set(DWIE_RELATIONS) else tuple(sorted(found))
+        relations = Vocab(names, kind="relation")
     docs: list[Document] = []
     for doc, named in parsed:
         try:
@@ -311,3 +331,36 @@ def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types:
         raise DataError(f"no DWIE documents found under {path}")
     return Corpus(documents=docs, relations=relations, entity_types=entity_types, name="dwie", report=report,
                   meta={"type_prefix": "type::", "format": "dwie"})
+
+
+def tokenize_documents(corpus: Corpus, nlp: Any = None) -> Corpus:
+    """Tokenised copy of a DWIE corpus read WITH article text (``content``, after ``dwie_download.py``).
+
+    Like LogiRE's docred-style files, the whole article is one sentence; each char mention ``[begin, end)``
+    becomes the smallest token span covering it (spaCy ``char_span(..., alignment_mode="expand")`` with the
+    tokenizer of ``nlp``, default ``spacy.blank("en")``). Documents without text raise :class:`DataError`.
+    """
+    if nlp is None:
+        import spacy
+
+        nlp = spacy.blank("en")
+    docs = []
+    for doc in corpus.documents:
+        if doc.text is None:
+            raise DataError("has no article text; run DWIE's src/dwie_download.py first (data/annos_with_content)",
+                            file=doc.meta.get("file"), doc_id=doc.doc_id)
+        sdoc = nlp.make_doc(doc.text)
+        mentions = []
+        for m in doc.mentions:
+            span = sdoc.char_span(m.start, m.end, alignment_mode="expand")
+            if span is None or len(span) == 0:
+                raise DataError(f"mention {m.text!r} [{m.start}, {m.end}) covers no token",
+                                file=doc.meta.get("file"), doc_id=doc.doc_id)
+            mentions.append(Mention(entity=m.entity, start=span.start, end=span.end, text=m.text, sent=0,
+                                    unit="token"))
+        mentions.sort(key=lambda m: (m.entity, m.start, m.end))
+        docs.append(Document(doc_id=doc.doc_id, entity_names=list(doc.entity_names), entity_types=doc.entity_types,
+                             facts=doc.facts, split=doc.split, mentions=mentions, tokens=[t.text for t in sdoc],
+                             sentence_starts=[0], text=doc.text, meta=dict(doc.meta)))
+    return Corpus(documents=docs, relations=corpus.relations, entity_types=corpus.entity_types, name=corpus.name,
+                  report=corpus.report, meta=dict(corpus.meta))

@@ -337,7 +337,9 @@ class RuleGenerator(nn.Module):
         """Masked log-softmax (B, L, V) at every step given the body prefix (−inf on disallowed tokens)."""
         logits = self(triples, bodies)
         masks = self._teacher_masks(triples, bodies, constraints)
-        return torch.log_softmax(logits.masked_fill(~masks, float("-inf")), dim=-1)
+        dead = ~masks.any(-1, keepdim=True)  # prefix already impossible: every next token has probability 0
+        lp = torch.log_softmax(logits.masked_fill(~masks & ~dead, float("-inf")), dim=-1)
+        return lp.masked_fill(~masks, float("-inf"))
 
     def log_prob(
         self, triples: torch.Tensor, bodies: torch.Tensor, constraints: TypeConstraints | None = None
@@ -537,25 +539,31 @@ def sample_rules(
 def _py_allowed(
     head: int, tail: int, prefix: tuple[int, ...], length: int, r: int, table: list | None
 ) -> list[bool]:
-    """Pure-Python allowed-next-token list for one (triple, prefix): independent of ``_Validity``."""
+    """Pure-Python allowed-next-token list for one (triple, prefix): independent of ``_Validity``.
+
+    ``table`` = ``TypeConstraints.allowed.tolist()`` or None (well-formedness only).
+    """
     pad, v = 2 * r, 2 * r + 1
     if pad in prefix:
         return [tok == pad for tok in range(v)]
     if table is None:
         return [tok != pad or len(prefix) > 0 for tok in range(v)]
     e = len(table[0])
+    memo: dict[tuple[frozenset[int], int], bool] = {}
 
-    def image(types: set[int], tok: int) -> set[int]:
-        return {d for s in types for d in range(e) if table[tok][s][d]}
+    def image(types: frozenset[int], tok: int) -> frozenset[int]:
+        return frozenset(d for s in types for d in range(e) if table[tok][s][d])
 
-    def completable(types: set[int], steps: int) -> bool:
-        if tail in types:
-            return True
-        if steps == 0:
-            return False
-        return any(completable(image(types, tok), steps - 1) for tok in range(pad) if image(types, tok))
+    def completable(types: frozenset[int], steps: int) -> bool:
+        """Some type in ``types`` reaches ``tail`` with at most ``steps`` real tokens."""
+        key = (types, steps)
+        if key not in memo:
+            memo[key] = tail in types or (
+                steps > 0 and any(completable(image(types, tok), steps - 1) for tok in range(pad) if image(types, tok))
+            )
+        return memo[key]
 
-    types = {head}
+    types = frozenset([head])
     for tok in prefix:
         types = image(types, tok)
     remaining = length - 1 - len(prefix)
@@ -591,17 +599,24 @@ def sample_rules_reference(
     was_training = model.training
     model.eval()
     bodies, logps, rows, dead = [], [], [], []
+    allowed_memo: dict[tuple[int, tuple[int, ...]], list[bool]] = {}
+
+    def allowed(ti: int, head: int, tail: int, prefix: tuple[int, ...]) -> list[bool]:
+        if (ti, prefix) not in allowed_memo:
+            allowed_memo[ti, prefix] = _py_allowed(head, tail, prefix, length, c.num_relations, table)
+        return allowed_memo[ti, prefix]
+
     try:
         for ti in range(t_count):
             r, head, tail = (int(x) for x in tri[ti])
             memory = model.encode(tri[ti : ti + 1])
-            if not any(_py_allowed(head, tail, (), length, c.num_relations, table)):
+            if not any(allowed(ti, head, tail, ())):
                 dead.append(ti)
             for si in range(n):
                 prefix: list[int] = []
                 lp = 0.0
                 for step in range(length):
-                    allow = torch.tensor(_py_allowed(head, tail, tuple(prefix), length, c.num_relations, table))
+                    allow = torch.tensor(allowed(ti, head, tail, tuple(prefix)))
                     if not allow.any():
                         allow[c.pad] = True
                     logits = model.decode(memory, torch.tensor([prefix], dtype=torch.long, device=device))[0, -1]

@@ -69,11 +69,12 @@ class Formula:
         params: Mapping[str, ParamValue] | None = None,
         *,
         boundary: str = "valid",
+        until: str = "strict",
     ) -> torch.Tensor:
         """Donzé–Maler robustness ρ (FedSTL Def. 5), shape ``(*batch, T - horizon)``."""
         from .robustness import robustness
 
-        return robustness(self, signals, params, boundary=boundary)
+        return robustness(self, signals, params, boundary=boundary, until=until)
 
     def violation(
         self,
@@ -81,11 +82,12 @@ class Formula:
         params: Mapping[str, ParamValue] | None = None,
         *,
         boundary: str = "valid",
+        until: str = "strict",
     ) -> torch.Tensor:
         """LogiCP violation degree g (Eq. 9) on the NNF, ``g = max(0, -ρ)``; same shape."""
         from .robustness import violation
 
-        return violation(self, signals, params, boundary=boundary)
+        return violation(self, signals, params, boundary=boundary, until=until)
 
     def holds(
         self,
@@ -93,12 +95,13 @@ class Formula:
         params: Mapping[str, ParamValue] | None = None,
         *,
         boundary: str = "valid",
+        until: str = "strict",
         closed: bool = False,
     ) -> torch.Tensor:
         """Boolean semantics (FedSTL Def. 4) as a bool tensor; same shape as :meth:`robustness`."""
         from .robustness import holds
 
-        return holds(self, signals, params, boundary=boundary, closed=closed)
+        return holds(self, signals, params, boundary=boundary, until=until, closed=closed)
 
     # --- structure ------------------------------------------------------------------------
     def children(self) -> tuple[Formula, ...]:
@@ -323,7 +326,8 @@ class Eventually(Formula):
 @dataclass(frozen=True, slots=True)
 class Until(Formula):
     """``left U[lo,hi] right``;
-    ρ(t) = max_{t' ∈ [t+lo, t+hi]} min(ρ_right(t'), min_{t'' ∈ [t, t']} ρ_left(t''))."""
+    ρ(t) = max_{t' ∈ [t+lo, t+hi]} min(ρ_right(t'), min_{t'' ∈ J} ρ_left(t'')), J = [t, t')
+    (default, rtamt/LTL) or [t, t'] (``until="inclusive"``, FedSTL Def. 5 as printed)."""
 
     lo: int
     hi: int
@@ -344,7 +348,7 @@ class Until(Formula):
 @dataclass(frozen=True, slots=True)
 class Release(Formula):
     """``left R[lo,hi] right`` ≡ ``¬(¬left U[lo,hi] ¬right)``;
-    ρ(t) = min_{t' ∈ [t+lo, t+hi]} max(ρ_right(t'), max_{t'' ∈ [t, t']} ρ_left(t''))."""
+    ρ(t) = min_{t' ∈ [t+lo, t+hi]} max(ρ_right(t'), max_{t'' ∈ J} ρ_left(t'')), J as for until."""
 
     lo: int
     hi: int
@@ -378,11 +382,11 @@ def disj(*formulas: Formula) -> Formula:
 
 
 def _as_float(value: Any, name: str) -> float:
+    """One finite number from a float / int / 0-d or 1-element tensor or array."""
+    size = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 1)
+    if isinstance(value, bool) or size != 1:
+        raise ValueError(f"parameter {name!r}: expected one number, got {value!r}")
     try:
-        if hasattr(value, "numel") and value.numel() != 1:
-            raise ValueError
-        if hasattr(value, "size") and not isinstance(value, float) and getattr(value, "size", 1) != 1:
-            raise ValueError
         out = float(value.item() if hasattr(value, "item") else value)
     except (TypeError, ValueError):
         raise ValueError(f"parameter {name!r}: expected one number, got {value!r}") from None

@@ -1,0 +1,52 @@
+"""``fednsl bench``: run the benchmarks of the source checkout's ``bench/`` folder.
+
+Each benchmark is a module ``bench/<name>.py`` that exports a click command named ``command`` (also runnable as
+``python -m bench.<name>``). To add one, add a line to :data:`BENCHES`; modules are imported only when their
+subcommand (or ``fednsl bench --help``) is used, so a slow or optional import in one benchmark costs the
+others nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from fednsl.config import REPO_ROOT
+
+#: subcommand name → module exporting ``command`` (a click.Command). Keep it short and sorted.
+BENCHES: dict[str, str] = {
+    "numeric": "bench.numeric",   # FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg
+}
+
+
+def _load(name: str) -> click.Command:
+    if (REPO_ROOT / "bench").is_dir() and str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))   # bench/ is not an installed package: it lives in the checkout
+    try:
+        module = importlib.import_module(BENCHES[name])
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(f"benchmark {name!r}: cannot import {BENCHES[name]} ({exc}); benchmarks live "
+                                   f"in the source checkout's bench/ folder") from exc
+    cmd = getattr(module, "command", None)
+    if not isinstance(cmd, click.Command):
+        raise click.ClickException(f"benchmark module {BENCHES[name]} exports no click command `command`")
+    return cmd
+
+
+class LazyBenchGroup(click.Group):
+    """A click group whose subcommands are imported on first use (click's documented lazy-loading pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(BENCHES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in BENCHES:
+            return _load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group("bench", cls=LazyBenchGroup)
+def command() -> None:
+    """Run a benchmark (results go to bench/results/ as JSON, Markdown and PNG)."""

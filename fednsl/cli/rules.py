@@ -1,0 +1,339 @@
+"""``fednsl rules``: list, export, diff and explain the rules a run saved (RUN_DIR/rules.json), and check or
+convert rule files between the golden text form, AnyBURL/PyClause, AMIE, RNNLogic and LogiRE formats."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from rules.explain import explain as explain_pair
+from rules.fol import RelationVocab, Rule, RuleSyntaxError, format_rules, parse_rules
+from rules.formats import (
+    ScoredRule,
+    format_amie,
+    format_anyburl,
+    format_logire_json,
+    format_rnnlogic,
+    load_relation_names,
+    parse_amie,
+    parse_anyburl,
+    parse_logire_json,
+    parse_rnnlogic,
+)
+from rules.store import RuleRow, RuleStore
+
+RUN_DIR = click.Path(exists=True, file_okay=True, dir_okay=True, path_type=Path)
+RULE_FORMATS = ("golden", "anyburl", "amie", "rnnlogic", "logire")
+
+
+def _load(run_dir: Path) -> RuleStore:
+    try:
+        return RuleStore.load(run_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+
+
+def _num(x: float | None, width: int = 8) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return f"{'-':>{width}}"
+    return f"{x:>{width}.4g}"
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {out}", err=True)
+
+
+@click.group("rules")
+def command() -> None:
+    """Inspect, export and compare the rules a FedNSL run learned (RUN_DIR/rules.json)."""
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def _rows_text(store: RuleStore, rows: list[RuleRow], client: str | None) -> str:
+    lines: list[str] = []
+    current = None
+    for r in rows:
+        if r.triple != current:
+            current = r.triple
+            rec = store.triples[r.triple]
+            source = f"client {client} posterior" if client else ("posterior" if rec.global_posterior() is not None else "prior")
+            lines.append(f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies, sorted by {source})")
+            head = f"  {'prob':>8} {'prior':>8}"
+            head += f" {'global':>8} {'weight':>8}" if client else ""
+            head += f" {'std_conf':>8} {'pca_conf':>8} {'head_cov':>8} {'support':>8}  rule"
+            lines.append(head)
+        m = r.measures or {}
+        line = f"  {_num(r.probability)} {_num(r.prior)}"
+        if client:
+            line += f" {_num(r.posterior)} {_num(r.weight)}"
+        line += f" {_num(m.get('std_confidence'))} {_num(m.get('pca_confidence'))} {_num(m.get('head_coverage'))}"
+        line += f" {_num(m.get('support'))}  {r.rule}"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _rows_tsv(rows: list[RuleRow]) -> str:
+    cols = ["triple", "rule", "probability", "prior", "posterior", "client", "client_posterior", "weight"]
+    mcols = ["support", "body_size", "pca_body_size", "head_size", "std_confidence", "pca_confidence", "head_coverage"]
+    lines = ["\t".join(cols + mcols)]
+    for r in rows:
+        vals = [r.triple_name, r.rule, r.probability, r.prior, r.posterior, r.client, r.client_posterior, r.weight]
+        vals += [(r.measures or {}).get(k) for k in mcols]
+        cells = []
+        for v in vals:
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                cells.append("")
+            elif isinstance(v, float):
+                cells.append(f"{v:.6g}")
+            else:
+                cells.append(str(v))
+        lines.append("\t".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+@command.command("list")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--head", "head", default=None, help="Only triples with this head relation (name or id).")
+@click.option("--client", default=None, help="Sort and show this client's posterior and weights.")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="At most K rules per triple.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "tsv", "json"]), default="text", show_default=True,
+    help="Output format.",
+)
+def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str) -> None:
+    """List the stored rules per triple, most probable first."""
+    store = _load(run_dir)
+    try:
+        if client is not None and client not in store.clients:
+            raise click.ClickException(f"client {client!r} not in the store; clients: {store.clients}")
+        rows = store.rows(head=head, client=client, top=top)
+    except (RuleSyntaxError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+    if fmt == "json":
+        click.echo(json.dumps([r.to_json() for r in rows], indent=1))
+    elif fmt == "tsv":
+        click.echo(_rows_tsv(rows), nl=False)
+    else:
+        click.echo(_rows_text(store, rows, client), nl=False)
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+@command.command("export")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option(
+    "--format", "fmt", type=click.Choice(["anyburl", "amie", "json", "golden", "rnnlogic"]), required=True,
+    help="anyburl: 'predicted<TAB>correct<TAB>confidence<TAB>h(X,Y) <= ...' (PyClause/SAFRAN); amie: AMIE 3 TSV; "
+    "json: every rule with probabilities and measures; golden: 'head <- b1, ~b2'; rnnlogic: integer ids.",
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@click.option("--head", "head", default=None, help="Only rules with this head relation (name or id).")
+def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
+    """Export the learned rules for other rule engines (entity types merged: counts summed over triples)."""
+    store = _load(run_dir)
+    try:
+        if fmt == "json":
+            _write(json.dumps([r.to_json() for r in store.rows(head=head)], indent=1) + "\n", out)
+            return
+        scored, probs, skipped = store.scored_rules(head)
+        rules = [s.rule for s in scored]
+        if skipped:
+            click.echo(f"note: left out {skipped} identity (all-stay) bodies, which are not chain rules", err=True)
+        if fmt in ("anyburl", "amie") and any(s.support is None for s in scored):
+            click.echo(
+                "note: some rules have no confidence counts (RuleStore.compute_counts adds them); "
+                + ("they are written without the count columns" if fmt == "anyburl" else "their measures read nan"),
+                err=True,
+            )
+        if fmt == "anyburl":
+            text = format_anyburl(scored, store.vocab)
+        elif fmt == "amie":
+            text = format_amie(scored, store.vocab)
+        elif fmt == "golden":
+            text = format_rules(rules, store.vocab, header=f"rules exported from {run_dir}")
+        else:
+            text = format_rnnlogic(rules, store.vocab)
+    except (ValueError, RuleSyntaxError) as err:
+        raise click.ClickException(str(err)) from err
+    _write(text, out)
+
+
+# --- diff -------------------------------------------------------------------------------------
+
+
+@command.command("diff")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option("--client", "clients", multiple=True, required=True, help="Client id; give exactly two (A then B).")
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Bodies with the largest |p_A - p_B| per triple.")
+@click.option("--head", "head", default=None, help="Only triples with this head relation.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+def diff(run_dir: Path, clients: tuple[str, ...], top: int, head: str | None, fmt: str) -> None:
+    """How two clients' rule posteriors differ per triple: total variation, KL both ways, largest gaps."""
+    if len(clients) != 2:
+        raise click.UsageError("give --client exactly twice: --client A --client B")
+    store = _load(run_dir)
+    a, b = clients
+    try:
+        diffs = store.diff(a, b, top=top, head=head)
+    except (KeyError, ValueError) as err:
+        raise click.ClickException(str(err).strip('"')) from err
+    if fmt == "json":
+        click.echo(json.dumps({"a": a, "b": b, "triples": [d.to_json() for d in diffs]}, indent=1))
+        return
+    if not diffs:
+        click.echo(f"clients {a} and {b} share no triple")
+        return
+    click.echo(f"{'TV':>7} {'KL(A|B)':>8} {'KL(B|A)':>8}  triple      (A = client {a}, B = client {b})")
+    for d in diffs:
+        click.echo(f"{d.total_variation:7.4f} {d.kl_ab:8.4f} {d.kl_ba:8.4f}  {d.triple_name}")
+        for rule, pa, pb in d.top:
+            click.echo(f"{'':26}p_A {pa:.4f}  p_B {pb:.4f}  {rule}")
+
+
+# --- explain ----------------------------------------------------------------------------------
+
+
+def _npz(path: Path) -> dict[str, Any]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise click.ClickException(f"{path}: cannot read an .npz file ({err})") from err
+
+
+@command.command("explain")
+@click.argument("run_dir", type=RUN_DIR)
+@click.option(
+    "--values", "values_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+    help="A document's value tensor as .npz: key 'values' (N,N,2R+1) or (N,N,R) in [0,1]; optional "
+    "'entity_names' (N,) and 'entity_types' (N,).",
+)
+@click.option("--head", "head", required=True, help="Head relation (name or id).")
+@click.option("--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names).")
+@click.option("--client", default=None, help="Use this client's posterior, weights and bias.")
+@click.option("--types", nargs=2, default=None, help="Head and tail entity type (name or id) selecting the triple.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the K strongest bodies.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+def explain(
+    run_dir: Path, values_path: Path, head: str, pair: tuple[str, str], client: str | None,
+    types: tuple[str, str] | None, top: int, fmt: str,
+) -> None:
+    """Which rule bodies and entity paths support HEAD(H, T) in one document."""
+    store = _load(run_dir)
+    data = _npz(values_path)
+    if "values" in data:
+        values = data["values"]
+    else:
+        arrays = [k for k, v in data.items() if v.ndim == 3]
+        if len(arrays) != 1:
+            raise click.ClickException(f"{values_path}: expected a 'values' array (N,N,C); keys: {sorted(data)}")
+        values = data[arrays[0]]
+    names = [str(n) for n in data["entity_names"]] if "entity_names" in data else None
+
+    def entity(x: str) -> int:
+        if x.lstrip("-").isdigit():
+            return int(x)
+        if names is None or x not in names:
+            raise click.ClickException(f"entity {x!r} is not an index{'' if names is None else ' or a name in the file'}")
+        return names.index(x)
+
+    try:
+        result = explain_pair(
+            values, store, head, (entity(pair[0]), entity(pair[1])), client=client,
+            types=tuple(types) if types else None,  # type: ignore[arg-type]
+            entity_types=data.get("entity_types"), top=top,
+        )
+    except (ValueError, KeyError, RuleSyntaxError) as err:
+        raise click.ClickException(str(err)) from err
+    if fmt == "json":
+        click.echo(json.dumps(result.to_json(), indent=1))
+    else:
+        click.echo(result.format(store, names), nl=False)
+
+
+# --- rule files -------------------------------------------------------------------------------
+
+
+def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> list[ScoredRule]:
+    text = path.read_text(encoding="utf-8")
+    if fmt == "golden":
+        return [ScoredRule(r) for r in parse_rules(text, vocab, source=str(path))]
+    if fmt == "anyburl":
+        return parse_anyburl(text, vocab, source=str(path))
+    if fmt == "amie":
+        return parse_amie(text, vocab, source=str(path))
+    if fmt == "rnnlogic":
+        return [ScoredRule(r) for r in parse_rnnlogic(text, vocab, source=str(path), skip_unsupported=skip)]
+    return [ScoredRule(r) for r in parse_logire_json(text, vocab, source=str(path))]
+
+
+def _render(items: list[ScoredRule], vocab: RelationVocab, fmt: str) -> str:
+    rules: list[Rule] = [s.rule for s in items]
+    if fmt == "golden":
+        return format_rules(rules, vocab)
+    if fmt == "anyburl":
+        return format_anyburl(items, vocab)
+    if fmt == "amie":
+        return format_amie(items, vocab)
+    if fmt == "rnnlogic":
+        return format_rnnlogic(rules, vocab)
+    return format_logire_json(rules, vocab) + "\n"
+
+
+_RELATIONS_HELP = (
+    "Relation names: rel2id.json (DocRED style, 'Na' dropped), a JSON list, RNNLogic relations.dict, "
+    "or one name per line."
+)
+
+
+@command.command("convert")
+@click.argument("rule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--relations", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True, help=_RELATIONS_HELP)
+@click.option("--from", "src", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Input format.")
+@click.option("--to", "dst", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Output format.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@click.option("--skip-unsupported", is_flag=True, help="RNNLogic input: drop empty or longer-than-3 bodies instead of failing.")
+def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | None, skip_unsupported: bool) -> None:
+    """Convert a rule file between formats (errors name the line)."""
+    try:
+        vocab = load_relation_names(relations)
+        items = _read_rule_file(rule_file, vocab, src, skip_unsupported)
+        text = _render(items, vocab, dst)
+    except (RuleSyntaxError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+    _write(text, out)
+
+
+@command.command("check")
+@click.argument("rule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--relations", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True, help=_RELATIONS_HELP)
+@click.option("--from", "src", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Input format.")
+def check(rule_file: Path, relations: Path, src: str) -> None:
+    """Parse a rule file and report how many rules it holds, or the first error with its line number."""
+    try:
+        vocab = load_relation_names(relations)
+        items = _read_rule_file(rule_file, vocab, src, False)
+    except (RuleSyntaxError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+    lengths = np.bincount([len(s.rule.body) for s in items], minlength=4)[1:]
+    click.echo(
+        f"{rule_file}: {len(items)} rules OK ({vocab.num_relations} relations; body lengths 1/2/3: "
+        f"{lengths[0]}/{lengths[1]}/{lengths[2]})"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    command(sys.argv[1:])

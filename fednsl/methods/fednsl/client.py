@@ -1,0 +1,366 @@
+"""FedNSL client (Algorithm 1 lines 4–9): ground the server's candidate bodies on local documents, fit rule
+weights by BCE + λ·KL, send the rule posterior; evaluate the personalised relation scores.
+
+Private to the client: its documents and gold facts, the backbone values x (N, N, R) of its documents, the
+path values φ, the fitted weights. What leaves it is declared in :mod:`.messages`.
+
+Data parts (see :mod:`.features`): ``train`` (seen combo, training documents), ``holdout`` (seen combo,
+threshold hold-out), ``seen_test`` (seen combo, test documents), ``unseen_test`` (the neighbour combo in the
+same test documents, never trained on).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
+from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
+from fednsl.methods.fednsl.scorer import (
+    FittedScorer,
+    Instances,
+    RuleSet,
+    ScorerOptions,
+    TransferScorer,
+    fit_scorer,
+    fit_transfer,
+    posterior_of,
+    predict_logits,
+)
+from kg.split import ClientPartition, query_mask
+from rules.mining import mine_cooccurrence
+
+__all__ = ["FedNSLClient", "rules_from_message", "rules_to_arrays"]
+
+log = logging.getLogger("fednsl.methods.fednsl")
+
+PARTS = ("train", "holdout", "seen_test", "unseen_test")
+
+
+def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
+    """The round's rule set from a server message (see :mod:`.messages`)."""
+    missing = [k for k in ("triples", "bodies", "log_prior", "counts", "mask") if k not in arrays]
+    if missing:
+        raise ValueError(f"server message lacks the rule arrays {missing}")
+    mask = torch.as_tensor(np.asarray(arrays["mask"], dtype=bool))
+    return RuleSet(torch.as_tensor(np.asarray(arrays["triples"], dtype=np.int64)),
+                   torch.as_tensor(np.asarray(arrays["bodies"], dtype=np.int64)),
+                   torch.as_tensor(np.asarray(arrays["log_prior"], dtype=np.float64)),
+                   torch.as_tensor(np.asarray(arrays["counts"], dtype=np.int64)), mask)
+
+
+def rules_to_arrays(rules: RuleSet) -> dict[str, np.ndarray]:
+    lp = torch.where(rules.mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64))
+    return {"triples": rules.triples.numpy().astype(np.int64), "bodies": rules.bodies.numpy().astype(np.int64),
+            "log_prior": lp.numpy(), "counts": rules.counts.numpy().astype(np.int64),
+            "mask": rules.mask.numpy().astype(bool)}
+
+
+def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> ScorerOptions:
+    """Scorer options sent by the server in ``msg.config`` (falling back to the client's defaults)."""
+    fields = {k: config[k] for k in ("kl_weight", "kl_direction", "prior_source", "count_correction",
+                                    "pass_through", "posterior_instances", "steps", "lr", "weight_decay")
+              if k in config}
+    base = default.__dict__ | fields
+    return ScorerOptions(**base)
+
+
+@dataclass
+class _Block:
+    """One triple's instances inside an :class:`Instances`: rows [start, end) are the cells of type pair ab."""
+
+    t: int
+    ab: tuple[int, int]
+    start: int
+    end: int
+
+
+@dataclass
+class _Built:
+    inst: Instances
+    blocks: list[_Block]
+    in_train: np.ndarray  # (M,) bool
+    total_gold: int
+    unknown: int  # gold facts whose triple the server does not know
+
+
+class _MiningDoc:
+    """A lightweight document for co-occurrence mining (facts + types)."""
+
+    def __init__(self, doc_id: str, facts: np.ndarray, entity_types: np.ndarray):
+        self.doc_id, self.facts, self.entity_types = doc_id, facts, entity_types
+        self.num_entities = int(entity_types.shape[0])
+
+
+class FedNSLClient(Client):
+    """One FedNSL client over a :class:`kg.split.ClientPartition` and its backbone values."""
+
+    def __init__(self, cid: str, partition: ClientPartition, values: Mapping[str, np.ndarray], num_relations: int,
+                 options: ScorerOptions, *, golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
+                 path_score: str = "graph", fast_after: int = 3, max_body_len: int = 3,
+                 mining_edges: str = "backbone", mining_threshold: float = 0.5, min_instances: int = 1):
+        self.cid = cid
+        self.partition = partition
+        self.R = num_relations
+        self.options = options
+        self.golden = [(int(h), tuple(int(b) for b in body)) for h, body in golden_rules]
+        self.max_body_len = max_body_len
+        self.mining_edges = mining_edges
+        self.mining_threshold = mining_threshold
+        self.min_instances = min_instances
+        self.values = {d.doc_id: values[d.doc_id] for d in partition.documents}
+        train_facts = {(d.entity_names[h], int(r), d.entity_names[t])
+                       for d in partition.seen_train for h, r, t in d.facts.tolist()
+                       if query_mask(d, partition.seen)[h, t]}
+        docs = {"train": (partition.train, partition.seen), "holdout": (partition.holdout, partition.seen),
+                "seen_test": (partition.test, partition.seen), "unseen_test": (partition.test, partition.unseen)}
+        self.tables: dict[str, CellTable] = {}
+        self.caches: dict[str, PhiCache] = {}
+        for name, (dl, combo) in docs.items():
+            part = Part(name, list(dl), combo, [self.values[d.doc_id] for d in dl])
+            table = CellTable(part, num_relations, train_facts if name != "train" else None)
+            self.tables[name] = table
+            self.caches[name] = PhiCache(table, path_score, fast_after)  # type: ignore[arg-type]
+        self._fit: tuple[int, RuleSet, FittedScorer, TransferScorer, ScorerOptions] | None = None
+
+    # -- round 0: co-occurrence statistics (spec §8.8) ---------------------------------------------------------
+    def _mining_docs(self) -> tuple[list[_MiningDoc], int]:
+        out, extra = [], 0
+        combo = self.partition.seen
+        for d in self.partition.train:
+            if d.num_entities == 0:
+                continue
+            qm = query_mask(d, combo)
+            facts = d.facts
+            if facts.size:
+                in_combo = qm[facts[:, 0], facts[:, 2]]
+                keep = facts if self.mining_edges == "all" else facts[in_combo]
+            else:
+                keep = facts.reshape(0, 3)
+            if self.mining_edges == "backbone":
+                x = self.values[d.doc_id]
+                h, t, r = np.nonzero(x >= self.mining_threshold)
+                off = (~qm[h, t]) & (h != t)
+                pred = np.stack([h[off], r[off], t[off]], 1).astype(np.int64)
+                extra += len(pred)
+                keep = np.concatenate([keep, pred]) if len(pred) else keep
+            out.append(_MiningDoc(d.doc_id, np.unique(keep.reshape(-1, 3), axis=0) if keep.size else keep.reshape(0, 3),
+                                  d.entity_types))
+        return out, extra
+
+    def train_stats(self, msg: Message) -> Message:
+        t0 = time.perf_counter()
+        L = int(msg.config.get("max_body_len", self.max_body_len))
+        docs, extra = self._mining_docs()
+        mined = mine_cooccurrence(docs, self.R, max_len=L)
+        combo = self.partition.seen
+        triples = sorted(t for t in mined.counts if t[1] in combo.head_types and t[2] in combo.tail_types)
+        dists = mined.distributions()
+        K = len(triples)
+        B = max((len(dists[t]) for t in triples), default=0)
+        pad = 2 * self.R
+        tri = np.zeros((K, 3), dtype=np.int64)
+        bodies = np.full((K, B, L), pad, dtype=np.int64)
+        probs = np.zeros((K, B), dtype=np.float64)
+        mask = np.zeros((K, B), dtype=bool)
+        inst = np.zeros(K, dtype=np.int64)
+        for k, t in enumerate(triples):
+            tri[k] = t
+            items = sorted(dists[t].items(), key=lambda kv: (-kv[1], kv[0]))
+            for j, (body, p) in enumerate(items):
+                bodies[k, j, :len(body)] = body
+                probs[k, j] = p
+                mask[k, j] = True
+            probs[k] /= probs[k].sum()
+            inst[k] = mined.instances.get(t, 0)
+        return msg.reply(self.cid, arrays={"triples": tri, "bodies": bodies, "probs": probs, "mask": mask,
+                                           "instances": inst},
+                         metrics={"num_examples": int(inst.sum()), "triples": K, "bodies": int(mask.sum()),
+                                  "documents": len(docs), "extra_edges": extra,
+                                  "skipped_untyped": mined.skipped_untyped, "time_s": time.perf_counter() - t0})
+
+    # -- grounding: instances of a part ---------------------------------------------------------------------
+    def _build(self, part: str, rules: RuleSet, rnd: int) -> _Built:
+        table, cache = self.tables[part], self.caches[part]
+        pad = 2 * self.R
+        triples = rules.triples.tolist()
+        requests: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        rows = []
+        for t, (r, a, b) in enumerate(triples):
+            if (a, b) not in table.groups or not bool(rules.mask[t].any()):
+                continue
+            bodies = rules.bodies[t][rules.mask[t]]
+            canon = [tuple(x for x in row if x != pad) for row in bodies.tolist()]
+            requests.setdefault((a, b), []).extend(canon)
+            rows.append((t, r, (a, b)))
+        cache.ensure(requests, rnd)
+        J = rules.num_bodies
+        phis, xs, tris, ys, ins, blocks = [], [], [], [], [], []
+        start = 0
+        for t, r, ab in rows:
+            g = table.groups[ab]
+            m = rules.mask[t]
+            feats = cache.features(ab, rules.bodies[t][m], rnd)  # (J_t, c)
+            c = len(g)
+            phi = torch.zeros(c, J)
+            phi[:, m] = feats.T
+            phis.append(phi)
+            xs.append(torch.from_numpy(g.x[:, r]))
+            tris.append(torch.full((c,), t, dtype=torch.long))
+            ys.append(torch.from_numpy(g.gold[:, r].astype(np.float32)))
+            ins.append(g.in_train[:, r])
+            blocks.append(_Block(t, ab, start, start + c))
+            start += c
+        # gold facts whose (r, type_h, type_t) the server's triple list does not cover
+        covered = {(r, ab) for _, r, ab in rows}
+        total_gold, unknown = 0, 0
+        for ab, g in table.groups.items():
+            per_rel = g.gold.sum(0)
+            total_gold += int(per_rel.sum())
+            for r in np.flatnonzero(per_rel).tolist():
+                if (r, ab) not in covered:
+                    unknown += int(per_rel[r])
+        if phis:
+            inst = Instances(torch.cat(phis), torch.cat(xs), torch.cat(tris), torch.cat(ys))
+            in_train = np.concatenate(ins)
+        else:
+            inst = Instances(torch.zeros(0, J), torch.zeros(0), torch.zeros(0, dtype=torch.long), torch.zeros(0))
+            in_train = np.zeros(0, dtype=bool)
+        return _Built(inst, blocks, in_train, total_gold, unknown)
+
+    def _fit_round(self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int
+                   ) -> tuple[FittedScorer, TransferScorer, _Built, dict[str, float]]:
+        t0 = time.perf_counter()
+        built = self._build("train", rules, rnd)
+        t1 = time.perf_counter()
+        gen = torch.Generator().manual_seed(seed)
+        fitted = fit_scorer(built.inst, rules, opts, gen)
+        counts = built.inst.counts_per_triple(rules.num_triples)
+        fitted.fitted = counts >= self.min_instances
+        transfer = fit_transfer(built.inst, rules, opts)
+        t2 = time.perf_counter()
+        self._fit = (rnd, rules, fitted, transfer, opts)
+        timing = {"time_grounding_s": t1 - t0, "time_fit_s": t2 - t1}
+        return fitted, transfer, built, timing
+
+    # -- training round (Eq. 2, 8–11) -------------------------------------------------------------------------
+    def train(self, msg: Message) -> Message:
+        rules = rules_from_message(msg.arrays)
+        opts = scorer_options_from(msg.config, self.options)
+        fitted, transfer, built, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            q, n = posterior_of(built.inst, rules, fitted.weights.double(), fitted.bias.double(), opts)
+        T = rules.num_triples
+        has = (n > 0) & rules.mask.any(-1)
+        mask = rules.mask & has[:, None]
+        q = torch.where(mask, q.double(), torch.zeros((), dtype=torch.float64))
+        tot = q.sum(-1, keepdim=True)
+        q = torch.where(tot > 0, q / tot.clamp_min(1e-300), torch.zeros_like(q))
+        mask = mask & (tot > 0)
+        instances = torch.where(mask.any(-1), n.round().long(), torch.zeros(T, dtype=torch.long))
+        timing["time_posterior_s"] = time.perf_counter() - t0
+        h = fitted.history
+        cache = self.caches["train"]
+        metrics = {"num_examples": len(built.inst), "positives": int(built.inst.y.sum()),
+                   "train_loss": h["loss"][-1] if h["loss"] else 0.0, "bce": h["bce"][-1] if h["bce"] else 0.0,
+                   "kl": h["kl"][-1] if h["kl"] else 0.0, "triples_fitted": int(fitted.fitted.sum()),
+                   "triples_local": int(mask.any(-1).sum()), "facts_unknown_triple": built.unknown,
+                   "empty_documents": sum(d.num_entities == 0 for d in self.partition.documents),
+                   "grounded_cells": cache.computed, "cached_bodies": cache.cached_bodies(), **timing}
+        return msg.reply(self.cid, arrays={"posterior": q.numpy(), "mask": mask.numpy(),
+                                           "instances": instances.numpy().astype(np.int64)},
+                         metrics=metrics)
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def _predict(self, part: str, rules: RuleSet, rnd: int, fitted: FittedScorer, transfer: TransferScorer,
+                 opts: ScorerOptions, personalised: bool) -> tuple[_Built, np.ndarray, np.ndarray]:
+        """(built, rule-model logits (M,), uses-personal-scorer (M,) bool)."""
+        built = self._build(part, rules, rnd)
+        logits = predict_logits(built.inst, rules, fitted, transfer, opts, personalised).numpy()
+        personal = (fitted.fitted[built.inst.tri].numpy() if personalised else np.zeros(len(built.inst), bool))
+        return built, logits, personal
+
+    def _doc_predictions(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> list[np.ndarray]:
+        table = self.tables[part]
+        docs = table.part.docs
+        out = [np.zeros((d.num_entities, d.num_entities, self.R), dtype=bool) for d in docs]
+        for blk in built.blocks:
+            g = table.groups[blk.ab]
+            r = int(rules.triples[blk.t, 0])
+            sel = pred[blk.start:blk.end]
+            if not sel.any():
+                continue
+            for d, h, t in zip(g.doc[sel], g.head[sel], g.tail[sel]):
+                out[int(d)][h, t, r] = True
+        return out
+
+    def evaluate(self, msg: Message) -> Message:
+        t_start = time.perf_counter()
+        rules = rules_from_message(msg.arrays)
+        opts = scorer_options_from(msg.config, self.options)
+        fit = self._fit
+        tg = 0.0
+        if fit is None or fit[0] != msg.round or not _same_rules(fit[1], rules):
+            fitted, transfer, _, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+            tg += timing["time_grounding_s"]
+        else:
+            _, _, fitted, transfer, opts = fit
+        hold, hold_logits, hold_personal = self._predict("holdout", rules, msg.round, fitted, transfer, opts, True)
+        hold_transfer = predict_logits(hold.inst, rules, fitted, transfer, opts, personalised=False).numpy()
+        y_hold = hold.inst.y.numpy() > 0.5
+        x_hold = hold.inst.passthrough.numpy()
+        th_personal = best_threshold(np.where(hold_personal, hold_logits, -np.inf), y_hold, hold.total_gold)
+        th_transfer = best_threshold(hold_transfer, y_hold, hold.total_gold)
+        th_backbone = best_threshold(x_hold, y_hold, hold.total_gold)
+        metrics: dict[str, float] = {}
+        arrays: dict[str, np.ndarray] = {}
+        for part, key in (("seen_test", "seen"), ("unseen_test", "unseen")):
+            built, logits, personal = self._predict(part, rules, msg.round, fitted, transfer, opts, key == "seen")
+            y = built.inst.y.numpy() > 0.5
+            pred = np.where(personal, logits >= th_personal, logits >= th_transfer)
+            pred_bb = built.inst.passthrough.numpy() >= th_backbone
+            for prefix, p in (("", pred), ("backbone_", pred_bb)):
+                counts: PRF = prf_counts(p, y, built.in_train, built.total_gold)
+                metrics.update(counts.metrics(f"{prefix}{key}_"))
+                if self.golden:
+                    body, correct = logic_counts(self._doc_predictions(part, built, p, rules), self.golden)
+                    arrays[f"logic_body_{prefix}{key}"] = body
+                    arrays[f"logic_correct_{prefix}{key}"] = correct
+                    value = logic_from_counts(body, correct)
+                    if not math.isnan(value):
+                        metrics[f"{prefix}{key}_logic"] = value
+            metrics[f"facts_unknown_triple_{key}"] = built.unknown
+        for name, th in (("threshold_personal", th_personal), ("threshold_transfer", th_transfer),
+                         ("threshold_backbone", th_backbone)):
+            if math.isfinite(th):
+                metrics[name] = th
+        metrics["num_examples"] = int(sum(t.num_cells for k, t in self.tables.items() if k != "train"))
+        metrics["time_grounding_s"] = tg
+        metrics["time_eval_s"] = time.perf_counter() - t_start
+        return msg.reply(self.cid, arrays=arrays, metrics=metrics)
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Bodies grounded by the graph search before Fast-FedNSL's switch (they keep graph values after it)."""
+        return {"graph_bodies": {k: sorted(c.graph_bodies()) for k, c in self.caches.items()
+                                 if c.mode == "cached_path"}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for k, items in dict(state.get("graph_bodies", {})).items():
+            if k in self.caches:
+                self.caches[k].allow_graph(items)
+
+
+def _same_rules(a: RuleSet, b: RuleSet) -> bool:
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("triples", "bodies", "counts", "mask"))
+

@@ -1,0 +1,155 @@
+"""FedNSL options: ``method_kwargs`` (:class:`FedNSLConfig`, with nested ``generator`` and ``backbone``) and
+``data`` (:class:`FedNSLDataConfig`). Unknown keys raise an error listing the valid ones.
+
+Defaults follow LogiRE where the FedNSL paper is silent (spec §8.13): N = 50 samples per triple, bodies of
+length ≤ 3, pool momentum 0.1, generator Adam 1e-3 with StepLR γ = 0.9; the per-round generator budget and the
+scorer's full-batch Adam are scaled to CPU runs (see docs/readme/fednsl.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fednsl.config import REPO_ROOT
+from fednsl.methods.fednsl.scorer import ScorerOptions
+from fednsl.registry import build_kwargs
+
+__all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path"]
+
+_CHOICES = {
+    "kl_direction": ("reverse", "forward"),
+    "prior_source": ("counts", "renormalised"),
+    "posterior_instances": ("all", "positive"),
+    "pool_mode": ("momentum", "mixture"),
+    "path_score": ("graph", "cached_path", "max_edge"),
+    "mining_edges": ("backbone", "combo", "all"),
+}
+
+
+@dataclass
+class GeneratorOptions:
+    """Server rule generator T_θ (rules.generator; App. A.6) and its training budget (Eq. 6)."""
+
+    d_model: int = 256
+    nhead: int = 8
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    positional: bool = True
+    pretrain_epochs: int = 5          # on the round-0 co-occurrence pool
+    epochs: int = 2                   # per round, after the pool update
+    samples_per_epoch: int = 20_000   # chains drawn per epoch (LogiRE: 100k)
+    batch_size: int = 128
+    lr: float = 1e-3
+    lr_gamma: float = 0.9
+    uniform_mix: float = 0.1
+    type_constraints: bool = True     # sample only type-consistent bodies (constraints from the known triples)
+
+
+@dataclass
+class FedNSLConfig:
+    """``method_kwargs`` of ``method: fednsl``."""
+
+    num_samples: int = 50             # N ancestral samples per triple (Eq. 5)
+    max_body_len: int = 3
+    kl_weight: float = 0.1            # λ (Eq. 2)
+    kl_direction: str = "reverse"     # KL(q‖p) (reverse) or KL(p‖q) (forward); spec §8.3
+    prior_source: str = "counts"      # p_θ over the J bodies: n_j/N or renormalised T_θ
+    count_correction: bool = True     # LogiRE's /n_j in H and ·n_j in q (spec §8.1)
+    posterior_instances: str = "all"  # instances averaged into q_t: all labelled cells (LogiRE) or positives
+    pass_through: bool = True         # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
+    scorer_steps: int = 150
+    scorer_lr: float = 0.05
+    scorer_weight_decay: float = 0.0
+    pool_mode: str = "momentum"       # server pool update (spec §8.9): LogiRE momentum or A.10 mixture
+    pool_ratio: float = 0.1
+    pool_samples: int = 1000          # posterior samples per triple in mixture mode
+    path_score: str = "graph"         # Fast-FedNSL (App. A.8): graph | cached_path | max_edge
+    fast_after: int = 3               # I: rounds < I always use the graph search
+    mining_edges: str = "backbone"    # round-0 co-occurrence edges: seen-combo gold (+ backbone edges elsewhere)
+    mining_threshold: float = 0.5     # backbone value above which a non-combo pair counts as an edge
+    top_k: int = 5                    # planted / golden rule recall in the top-k bodies per triple
+    min_instances: int = 1            # a triple is fitted locally when it has at least this many instances
+    generator: dict[str, Any] = field(default_factory=dict)
+    backbone: dict[str, Any] = field(default_factory=lambda: {"name": "federated-features"})
+
+    def __post_init__(self) -> None:
+        for name, valid in _CHOICES.items():
+            if getattr(self, name) not in valid:
+                raise ValueError(f"method_kwargs.{name} must be one of {valid}, got {getattr(self, name)!r}")
+        if self.kl_weight < 0:
+            raise ValueError(f"method_kwargs.kl_weight (λ) must be >= 0, got {self.kl_weight}")
+        if not 0.0 <= self.pool_ratio <= 1.0:
+            raise ValueError(f"method_kwargs.pool_ratio must be in [0, 1], got {self.pool_ratio}")
+        for name in ("num_samples", "max_body_len", "top_k", "min_instances"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"method_kwargs.{name} must be >= 1, got {getattr(self, name)}")
+        if self.scorer_steps < 0 or self.scorer_lr <= 0:
+            raise ValueError("method_kwargs.scorer_steps must be >= 0 and scorer_lr > 0")
+        if not isinstance(self.backbone, dict) or "name" not in self.backbone:
+            raise ValueError("method_kwargs.backbone must be a mapping with a 'name' (federated-features, "
+                             "logire-dump, oracle)")
+        self.gen = build_kwargs(GeneratorOptions, self.generator, "method_kwargs.generator")
+
+    def scorer_options(self) -> ScorerOptions:
+        return ScorerOptions(kl_weight=self.kl_weight, kl_direction=self.kl_direction,  # type: ignore[arg-type]
+                             prior_source=self.prior_source, count_correction=self.count_correction,  # type: ignore[arg-type]
+                             pass_through=self.pass_through,
+                             posterior_instances=self.posterior_instances,  # type: ignore[arg-type]
+                             steps=self.scorer_steps, lr=self.scorer_lr, weight_decay=self.scorer_weight_decay)
+
+    def backbone_spec(self) -> tuple[str, dict[str, Any]]:
+        opts = dict(self.backbone)
+        return str(opts.pop("name")), opts
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["generator"] = asdict(self.gen)
+        return out
+
+
+@dataclass
+class FedNSLDataConfig:
+    """``data`` of ``method: fednsl``: where documents come from and how they are split over clients."""
+
+    path: str = "synthetic"           # dataset dir/file (dwie, docred, synthetic) or "synthetic[:k=v,...]"
+    format: str = "auto"
+    synthetic: dict[str, Any] = field(default_factory=dict)  # PlantedRuleConfig fields (path == "synthetic")
+    synthetic_seed: int = 0
+    num_clients: int = 4
+    groups: Any = None                # [[types of A], [types of B]], "a,b|c,d", or None (corpus default)
+    split_seed: int = 0
+    test_ratio: float = 0.25
+    holdout: float = 0.1              # share of each client's train documents held out for thresholds
+    max_docs: int | None = None       # keep a seeded subset of this many documents (smoke runs)
+    golden_rules: str | None = "auto"  # rule file for logic accuracy; auto: planted rules / golden_rules.txt
+    skip_bad: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_clients < 1:
+            raise ValueError(f"data.num_clients must be >= 1, got {self.num_clients}")
+        if self.max_docs is not None and self.max_docs < self.num_clients:
+            raise ValueError(f"data.max_docs={self.max_docs} is smaller than data.num_clients={self.num_clients}")
+
+
+def resolve_data_path(path: str) -> Path | str:
+    """A data path from config: absolute as is; ``../shared/data/...`` under ``$FEDNSL_SHARED_DATA`` when set;
+    otherwise relative to the repository root (falling back to the working directory). ``synthetic[:...]``
+    specs are returned unchanged."""
+    if path == "synthetic" or path.startswith("synthetic:"):
+        return path
+    p = Path(os.path.expanduser(path))
+    if p.is_absolute():
+        return p
+    shared = os.environ.get("FEDNSL_SHARED_DATA")
+    parts = p.parts
+    if shared and len(parts) >= 3 and parts[:3] == ("..", "shared", "data"):
+        return Path(shared).joinpath(*parts[3:])
+    repo = REPO_ROOT / p
+    if repo.exists() or not p.exists():
+        return repo.resolve() if repo.exists() else repo
+    return p.resolve()

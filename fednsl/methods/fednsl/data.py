@@ -1,0 +1,134 @@
+"""Build a FedNSL federation's data from config: corpus, client split, backbone values, golden rules.
+
+Used by the method builder and by ``fednsl rules explain --doc`` (which rebuilds a run's data from
+RUN_DIR/config.yaml to get a document's backbone values).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
+from kg.backbones import ClientDocs, build_backbone
+from kg.documents import Corpus, DataError
+from kg.split import ClientPartition, NerGroupSplit, eligible_documents, split_clients
+from rules.fol import RelationVocab, read_rules
+
+__all__ = ["FedNSLData", "load_fednsl_corpus", "build_data", "client_id"]
+
+log = logging.getLogger("fednsl.methods.fednsl")
+
+
+def client_id(k: int, n: int) -> str:
+    return f"c{k:0{len(str(max(n - 1, 0)))}d}"
+
+
+@dataclass
+class FedNSLData:
+    corpus: Corpus
+    partitions: list[ClientPartition]
+    client_docs: list[ClientDocs]
+    values: dict[str, np.ndarray]
+    golden: list[tuple[int, tuple[int, ...]]]
+    golden_kind: str
+    backbone_summary: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def client_ids(self) -> list[str]:
+        return [c.cid for c in self.client_docs]
+
+
+def load_fednsl_corpus(data: FedNSLDataConfig, seed: int) -> Corpus:
+    """The corpus of ``data`` (synthetic from ``data.synthetic`` options, or any supported dataset path)."""
+    from kg.io import load_corpus
+
+    if data.path == "synthetic":
+        from kg.synthetic import PlantedRuleConfig, generate
+
+        corpus, _ = generate(PlantedRuleConfig.from_dict(dict(data.synthetic)), data.synthetic_seed)
+        return corpus
+    if data.synthetic:
+        raise ValueError("data.synthetic options apply only with data.path: synthetic")
+    path = resolve_data_path(data.path)
+    if not isinstance(path, str) and not path.exists():
+        raise FileNotFoundError(f"data.path {data.path!r} resolves to {path}, which does not exist (data paths are "
+                                "relative to the repository root; set FEDNSL_SHARED_DATA to relocate ../shared/data)")
+    return load_corpus(path, data.format, skip_bad=data.skip_bad)
+
+
+def _subset(corpus: Corpus, max_docs: int | None, seed: int) -> Corpus:
+    if max_docs is None:
+        return corpus
+    docs, _ = eligible_documents(corpus)
+    docs = sorted(docs, key=lambda d: d.doc_id)
+    if max_docs >= len(docs):
+        return corpus
+    pick = np.sort(np.random.default_rng([seed, 7]).choice(len(docs), size=max_docs, replace=False))
+    keep = [docs[int(i)] for i in pick]
+    return Corpus(keep, corpus.relations, corpus.entity_types, corpus.name, corpus.report,
+                  {**corpus.meta, "max_docs": max_docs})
+
+
+def golden_rules(corpus: Corpus, data: FedNSLDataConfig) -> tuple[list[tuple[int, tuple[int, ...]]], str]:
+    """(rules as (head id, body tokens), kind): the planted rules of a synthetic corpus, else golden_rules.txt
+    beside the data (``auto``), else the file ``data.golden_rules``; empty when none is found."""
+    vocab = RelationVocab(tuple(corpus.relations.names))
+    spec = data.golden_rules
+    if spec in (None, "", "none"):
+        return [], "golden"
+    if spec == "auto":
+        planted = corpus.meta.get("planted_rules")
+        if planted:
+            from rules.fol import parse_rule
+
+            return [(r.head, tuple(r.body)) for r in (parse_rule(t, vocab) for t in planted)], "planted"
+        if data.path == "synthetic" or data.path.startswith("synthetic:"):
+            return [], "golden"
+        base = Path(resolve_data_path(data.path))
+        for cand in (base / "golden_rules.txt", base.parent / "golden_rules.txt"):
+            if cand.is_file():
+                return [(r.head, tuple(r.body)) for r in read_rules(cand, vocab)], "golden"
+        return [], "golden"
+    path = Path(resolve_data_path(spec))
+    if not path.is_file():
+        raise FileNotFoundError(f"data.golden_rules: no rule file at {path}")
+    return [(r.head, tuple(r.body)) for r in read_rules(path, vocab)], "golden"
+
+
+def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNSLData:
+    """Corpus → client split → backbone (prepared, e.g. its FedAvg phase) → per-document values."""
+    t0 = time.perf_counter()
+    corpus = _subset(load_fednsl_corpus(data, seed), data.max_docs, data.split_seed)
+    groups: Any = data.groups
+    if isinstance(groups, str):
+        groups = NerGroupSplit.parse(groups)
+    parts = split_clients(corpus, data.num_clients, groups, seed=data.split_seed, test_ratio=data.test_ratio,
+                          holdout=data.holdout)
+    ids = [client_id(k, len(parts)) for k in range(len(parts))]
+    cdocs = [ClientDocs(cid, p.seen, list(p.train), list(p.holdout), list(p.test)) for cid, p in zip(ids, parts)]
+    for cid, p in zip(ids, parts):
+        if not p.train:
+            raise DataError(f"client {cid} has no training documents ({len(p.documents)} documents in all); "
+                            "use fewer clients or more data")
+    t1 = time.perf_counter()
+    name, opts = method.backbone_spec()
+    backbone = build_backbone(name, opts, "method_kwargs.backbone")
+    if name == "logire-dump" and "path" in opts:
+        backbone.options.path = str(resolve_data_path(str(opts["path"])))  # type: ignore[attr-defined]
+    summary = backbone.prepare(cdocs, corpus.relations, corpus.entity_types, seed, corpus.documents)
+    t2 = time.perf_counter()
+    values: dict[str, np.ndarray] = {}
+    for c in cdocs:
+        for d in c.documents:
+            values[d.doc_id] = backbone.values(c, d)
+    t3 = time.perf_counter()
+    gold, kind = golden_rules(corpus, data)
+    return FedNSLData(corpus, parts, cdocs, values, gold, kind, summary,
+                      {"data_s": t1 - t0, "backbone_prepare_s": t2 - t1, "backbone_values_s": t3 - t2})

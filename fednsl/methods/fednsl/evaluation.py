@@ -1,0 +1,113 @@
+"""Relation-extraction metrics of a FedNSL client: threshold on a hold-out, F1, Ign-F1, logic accuracy.
+
+- Threshold (spec §8.12, LogiRE ``evaluate``): sort the hold-out scores, take the cut maximising F1 with recall
+  over all hold-out gold facts; predictions are ``score >= θ``. No gold fact in the hold-out → θ = +∞.
+- F1 over all (document, head, tail, relation) cells of a part's query pairs; facts in cells whose triple is
+  unknown (never predicted) count as misses.
+- Ign-F1 (DocRED definition): precision ignoring true positives whose fact (head name, relation, tail name)
+  is among the client's own training facts, recall unchanged.
+- Logic accuracy (LogiRE, spec §5.5): :func:`rules.measures.logic_accuracy` on the thresholded predictions of
+  each document; the per-rule body/correct counts are additive, so clients send counts and the server sums.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rules.measures import logic_accuracy
+
+__all__ = ["best_threshold", "PRF", "prf_counts", "logic_counts", "logic_from_counts", "f1_from_counts"]
+
+
+def best_threshold(scores: np.ndarray, labels: np.ndarray, total_gold: int) -> float:
+    """θ maximising F1 of ``scores >= θ`` (ties broken towards the higher threshold)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=bool)
+    if total_gold <= 0 or scores.size == 0 or not labels.any():
+        return math.inf
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], labels[order]
+    # only cut where the next score differs (a threshold cannot split ties)
+    last_of_tie = np.r_[s[1:] != s[:-1], True]
+    tp = np.cumsum(y)
+    k = np.arange(1, len(s) + 1)
+    prec = tp / k
+    rec = tp / total_gold
+    f1 = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-300), 0.0)
+    f1 = np.where(last_of_tie, f1, -1.0)
+    i = int(np.argmax(f1))
+    return float(s[i])
+
+
+@dataclass
+class PRF:
+    """Counts of one evaluation: predicted, gold and true positives (+ those in train, for Ign-F1)."""
+
+    tp: int = 0
+    n_pred: int = 0
+    n_gold: int = 0
+    tp_in_train: int = 0
+
+    def __add__(self, other: PRF) -> PRF:
+        return PRF(self.tp + other.tp, self.n_pred + other.n_pred, self.n_gold + other.n_gold,
+                   self.tp_in_train + other.tp_in_train)
+
+    @property
+    def precision(self) -> float:
+        return self.tp / self.n_pred if self.n_pred else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / self.n_gold if self.n_gold else 0.0
+
+    @property
+    def f1(self) -> float:
+        return f1_from_counts(self.tp, self.n_pred, self.n_gold)
+
+    @property
+    def ign_f1(self) -> float:
+        denom = self.n_pred - self.tp_in_train
+        p = (self.tp - self.tp_in_train) / denom if denom > 0 else 0.0
+        r = self.recall
+        return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}f1": self.f1, f"{prefix}precision": self.precision, f"{prefix}recall": self.recall,
+                f"{prefix}ign_f1": self.ign_f1, f"{prefix}tp": self.tp, f"{prefix}n_pred": self.n_pred,
+                f"{prefix}n_gold": self.n_gold, f"{prefix}tp_in_train": self.tp_in_train}
+
+
+def f1_from_counts(tp: float, n_pred: float, n_gold: float) -> float:
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+
+def prf_counts(pred: np.ndarray, gold: np.ndarray, in_train: np.ndarray, total_gold: int) -> PRF:
+    """Counts for boolean predictions over candidate cells; ``total_gold`` = all gold facts of the part."""
+    pred = np.asarray(pred, dtype=bool)
+    gold = np.asarray(gold, dtype=bool)
+    tp_mask = pred & gold
+    return PRF(int(tp_mask.sum()), int(pred.sum()), int(total_gold), int((tp_mask & np.asarray(in_train, bool)).sum()))
+
+
+def logic_counts(predictions: Sequence[np.ndarray], rules: Sequence[tuple[int, Sequence[int]]]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(body counts (K,), body∧head counts (K,)) of the golden rules over per-document (N, N, R) predictions."""
+    k = len(rules)
+    if k == 0 or not predictions:
+        return np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    res = logic_accuracy(list(predictions), list(rules))
+    return res.body_counts.astype(np.int64), res.correct_counts.astype(np.int64)
+
+
+def logic_from_counts(body: np.ndarray, correct: np.ndarray) -> float:
+    """LogiRE logic accuracy: mean over rules with a non-empty body of correct/body (NaN when none)."""
+    body = np.asarray(body, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    valid = body > 0
+    return float((correct[valid] / body[valid]).mean()) if valid.any() else math.nan

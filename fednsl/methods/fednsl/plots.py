@@ -1,0 +1,106 @@
+"""FedNSL figures: F1 and logic accuracy over rounds (the paper's Fig. 2 b1–b2) for one run, and overlays of
+several runs (with/without KL, λ sweep: b1–b3) for the ablation driver."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["evaluate_curves", "plot_fednsl", "plot_overlay"]
+
+
+def evaluate_curves(run_dir: Path | str) -> dict[str, list[tuple[int, float]]]:
+    """{metric: [(round, value)]} of the server's evaluate-stage metrics in RUN_DIR/metrics.jsonl."""
+    path = Path(run_dir) / "metrics.jsonl"
+    out: dict[str, list[tuple[int, float]]] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row.get("scope") != "server" or row.get("stage") not in ("evaluate", "round"):
+            continue
+        for k, v in row.items():
+            if k in ("round", "scope", "stage") or not isinstance(v, (int, float)):
+                continue
+            out.setdefault(k, []).append((int(row["round"]), float(v)))
+    return out
+
+
+def _panel(ax, curves: Mapping[str, list[tuple[int, float]]], keys: Sequence[tuple[str, str, str]], title: str) -> bool:
+    drawn = False
+    for key, label, style in keys:
+        pts = curves.get(key)
+        if not pts:
+            continue
+        xs, ys = zip(*sorted(pts))
+        ax.plot(xs, ys, style, label=label, marker="o", ms=3)
+        drawn = True
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("round")
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+    return drawn
+
+
+def plot_fednsl(run_dir: Path | str) -> Path | None:
+    """RUN_DIR/plots/fednsl_f1_logic.png: (b1) F1 seen/unseen, (b2) logic accuracy, rule model vs backbone."""
+    run_dir = Path(run_dir)
+    curves = evaluate_curves(run_dir)
+    if not curves:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    _panel(axes[0], curves, [("seen_f1", "FedNSL seen", "-"), ("unseen_f1", "FedNSL unseen", "-"),
+                             ("backbone_seen_f1", "backbone seen", "--"),
+                             ("backbone_unseen_f1", "backbone unseen", "--")], "(b1) F1 (mean over clients)")
+    _panel(axes[1], curves, [("seen_logic", "FedNSL seen", "-"), ("unseen_logic", "FedNSL unseen", "-"),
+                             ("backbone_seen_logic", "backbone seen", "--"),
+                             ("backbone_unseen_logic", "backbone unseen", "--")], "(b2) logic accuracy")
+    fig.tight_layout()
+    path = run_dir / "plots" / "fednsl_f1_logic.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_overlay(runs: Mapping[str, Sequence[Path | str]], metrics: Sequence[tuple[str, str]], path: Path | str,
+                 title: str = "") -> Path:
+    """One panel per (metric, panel title); one line per run group (mean over the group's runs/seeds)."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.6), squeeze=False)
+    for ax, (metric, panel_title) in zip(axes[0], metrics):
+        for label, dirs in runs.items():
+            series: dict[int, list[float]] = {}
+            for d in dirs:
+                for rnd, v in evaluate_curves(d).get(metric, []):
+                    series.setdefault(rnd, []).append(v)
+            if not series:
+                continue
+            xs = sorted(series)
+            mean = np.array([np.mean(series[x]) for x in xs])
+            std = np.array([np.std(series[x]) for x in xs])
+            ax.plot(xs, mean, marker="o", ms=3, label=label)
+            if len(dirs) > 1:
+                ax.fill_between(xs, mean - std, mean + std, alpha=0.15)
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

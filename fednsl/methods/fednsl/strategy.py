@@ -1,0 +1,344 @@
+"""FedNSL server (Algorithm 1 lines 12–15, spec §2): rule generator T_θ, rule pool, aggregation of posteriors.
+
+Round 1 runs ``train.stats`` first (spec §8.8): clients upload their local co-occurrence body distributions
+per triple; the server aggregates them (weighted by instances, §8.9) into its rule pool, learns the set of
+triples, and pre-trains T_θ on the pool (Eq. 6). Every round then:
+
+1. ``configure_train``: N ancestral samples per triple → J unique bodies, log T_θ and counts n_j (Eq. 5);
+2. clients fit their weights and reply posteriors (Eq. 9–11; :mod:`.client`);
+3. ``aggregate_train``: per triple the instance-weighted mean of the client posteriors (§8.9), mixed into the
+   pool (LogiRE momentum or A.10 mixture), T_θ retrained on the pool (Eq. 6), everything recorded in the
+   :class:`rules.store.RuleStore`;
+4. ``evaluate``: clients report F1 / Ign-F1 / logic counts of the personalised model and of the backbone
+   alone; the server sums the counts and averages the F1s; ``evaluate(rnd)`` adds the recall of planted /
+   golden rules among the top-k bodies of the pool.
+
+All server randomness is derived from (run seed, round, purpose), so a resumed run repeats it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fednsl.federation.records import Message, Schema
+from fednsl.federation.roles import Metrics, Strategy
+from fednsl.methods.fednsl.client import rules_to_arrays
+from fednsl.methods.fednsl.config import FedNSLConfig
+from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
+from fednsl.methods.fednsl.messages import EVAL_SCHEMA, LOGIC_ARRAYS, STATS_SCHEMA, TRAIN_SCHEMA
+from fednsl.methods.fednsl.posterior import normalise_rows
+from fednsl.methods.fednsl.scorer import RuleSet
+from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sample_rules, train_generator
+from rules.pool import RulePool, aggregate_distributions
+from rules.store import RuleStore
+
+__all__ = ["FedNSLStrategy", "rule_recall"]
+
+log = logging.getLogger("fednsl.methods.fednsl")
+
+
+def _seed(seed: int, rnd: int, purpose: str) -> int:
+    ss = np.random.SeedSequence([int(seed), int(rnd), zlib.crc32(purpose.encode())])
+    return int(ss.generate_state(1, dtype=np.uint32)[0])
+
+
+def rule_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
+                rules: Sequence[tuple[int, Sequence[int]]], k: int) -> tuple[float, list[bool]]:
+    """Share of ``rules`` (head, body tokens) whose body is among the top-k bodies of some triple of its head.
+
+    The trivial pass-through body [head] is left out of the ranking (it is always on top: every labelled fact
+    is its own length-1 path). Returns (recall, per-rule hit list); NaN recall when ``rules`` is empty.
+    """
+    hits = []
+    for head, body in rules:
+        body = tuple(int(b) for b in body)
+        found = False
+        for (h, _, _), dist in pool.items():
+            if h != head:
+                continue
+            ranked = [b for b, _ in sorted(dist.items(), key=lambda kv: (-kv[1], kv[0])) if b != (head,)]
+            if body in ranked[:k]:
+                found = True
+                break
+        hits.append(found)
+    return (float(np.mean(hits)) if hits else math.nan), hits
+
+
+class FedNSLStrategy(Strategy):
+    """Server of FedNSL (module docstring)."""
+
+    def __init__(self, cfg: FedNSLConfig, relations: Sequence[str], entity_types: Sequence[str], seed: int,
+                 *, golden_rules: Sequence[tuple[int, Sequence[int]]] = (), golden_kind: str = "golden",
+                 meta: Mapping[str, Any] | None = None):
+        self.cfg = cfg
+        self.relations = tuple(relations)
+        self.types = tuple(entity_types)
+        self.R = len(self.relations)
+        self.seed = int(seed)
+        self.golden = [(int(h), tuple(int(b) for b in body)) for h, body in golden_rules]
+        self.golden_kind = golden_kind
+        g = cfg.gen
+        self.gen_config = GeneratorConfig(num_relations=self.R, num_types=max(1, len(self.types)),
+                                          max_body_len=cfg.max_body_len, d_model=g.d_model, nhead=g.nhead,
+                                          num_encoder_layers=g.num_encoder_layers,
+                                          num_decoder_layers=g.num_decoder_layers,
+                                          dim_feedforward=g.dim_feedforward, dropout=g.dropout,
+                                          positional=g.positional)
+        self.model = RuleGenerator(self.gen_config, torch.Generator().manual_seed(_seed(seed, 0, "generator-init")))
+        self.pool = RulePool(self.R, cfg.max_body_len)
+        self.triples = torch.zeros(0, 3, dtype=torch.long)
+        self.constraints: TypeConstraints | None = None
+        self.initialised = False
+        self.current: RuleSet | None = None
+        self.current_round = 0
+        self.store = RuleStore(self.relations, self.types, body_length=cfg.max_body_len,
+                               meta={"method": "fednsl", "seed": self.seed, **dict(meta or {})})
+        self.last_gen_loss: float | None = None
+
+    # -- stages ----------------------------------------------------------------------------------------------
+    def stages(self, rnd: int) -> Sequence[str]:
+        if not self.initialised:
+            return ("train.stats", "train", "evaluate")
+        return ("train", "evaluate")
+
+    def reply_schema(self, stage: str) -> Schema:
+        schemas = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
+        if stage not in schemas:
+            return super().reply_schema(stage)
+        return schemas[stage]
+
+    # -- round 0: co-occurrence statistics ------------------------------------------------------------------
+    def configure_train_stats(self, rnd: int, clients: Sequence[str]) -> Message:
+        return Message("train.stats", rnd, config={"max_body_len": self.cfg.max_body_len})
+
+    def aggregate_train_stats(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        dists, weights = [], []
+        pad = 2 * self.R
+        for cid, msg in replies.items():
+            a = msg.arrays
+            d: dict[tuple[int, int, int], dict[tuple[int, ...], float]] = {}
+            w: dict[tuple[int, int, int], float] = {}
+            for k, t in enumerate(a["triples"].tolist()):
+                t = tuple(int(x) for x in t)
+                if not (0 <= t[0] < self.R and 0 <= t[1] < len(self.types) and 0 <= t[2] < len(self.types)):
+                    raise ValueError(f"client {cid}: train.stats triple {t} outside the vocabulary")
+                body_probs = {}
+                for body, p, m in zip(a["bodies"][k].tolist(), a["probs"][k].tolist(), a["mask"][k].tolist()):
+                    if m and p > 0:
+                        toks = tuple(x for x in body if x != pad)
+                        if toks:
+                            body_probs[toks] = body_probs.get(toks, 0.0) + float(p)
+                if body_probs and int(a["instances"][k]) > 0:
+                    d[t] = body_probs
+                    w[t] = float(a["instances"][k])
+            dists.append(d)
+            weights.append(w)
+        agg = aggregate_distributions(dists, weights)
+        if not agg:
+            raise RuntimeError(f"round {rnd}: no client uploaded rule statistics (replies from {sorted(replies)}, "
+                               f"failures {dict(failures)}); FedNSL cannot build its initial rule pool")
+        self.pool = RulePool.from_distributions(agg, self.R, self.cfg.max_body_len)
+        self.triples = torch.tensor(self.pool.triples, dtype=torch.long).reshape(-1, 3)
+        if self.cfg.gen.type_constraints:
+            self.constraints = TypeConstraints.from_pairs(self.pool.triples, self.R, max(1, len(self.types)), "any")
+        t0 = time.perf_counter()
+        losses = self._train_generator(rnd, self.cfg.gen.pretrain_epochs, "pretrain")
+        self.initialised = True
+        return {"triples": len(self.pool), "pool_chains": self.pool.num_chains, "clients": len(replies),
+                "failures": len(failures), "pretrain_loss": losses[-1] if losses else 0.0,
+                "time_generator_s": time.perf_counter() - t0}
+
+    def _train_generator(self, rnd: int, epochs: int, purpose: str) -> list[float]:
+        if epochs <= 0 or self.pool.num_chains == 0:
+            return []
+        g = self.cfg.gen
+        losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
+                                 samples_per_epoch=g.samples_per_epoch,
+                                 generator=torch.Generator().manual_seed(_seed(self.seed, rnd, purpose)),
+                                 uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
+        self.last_gen_loss = losses[-1] if losses else None
+        return losses
+
+    # -- training round --------------------------------------------------------------------------------------
+    def _sample(self, rnd: int) -> RuleSet:
+        gen = torch.Generator().manual_seed(_seed(self.seed, rnd, "sample"))
+        s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen, constraints=self.constraints)
+        lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
+        return RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
+
+    def _scorer_config(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"kl_weight": float(c.kl_weight), "kl_direction": c.kl_direction, "prior_source": c.prior_source,
+                "count_correction": bool(c.count_correction), "pass_through": bool(c.pass_through),
+                "posterior_instances": c.posterior_instances, "steps": int(c.scorer_steps), "lr": float(c.scorer_lr),
+                "weight_decay": float(c.scorer_weight_decay)}
+
+    def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
+        if not self.initialised:
+            raise RuntimeError("FedNSL: the rule pool is empty; train.stats must run first")
+        if self.current is None or self.current_round != rnd:
+            self.current = self._sample(rnd)
+            self.current_round = rnd
+        return Message("train", rnd, arrays=rules_to_arrays(self.current), config=self._scorer_config())
+
+    def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        assert self.current is not None
+        rules = self.current
+        T, J = rules.mask.shape
+        t0 = time.perf_counter()
+        num = torch.zeros(T, J, dtype=torch.float64)
+        den = torch.zeros(T, dtype=torch.float64)
+        client_post: dict[str, dict[tuple[int, int, int], np.ndarray]] = {}
+        client_inst: dict[str, dict[tuple[int, int, int], int]] = {}
+        stray = 0
+        keys = [tuple(int(x) for x in t) for t in rules.triples.tolist()]
+        for cid, msg in replies.items():
+            q = torch.as_tensor(msg.arrays["posterior"], dtype=torch.float64)
+            m = torch.as_tensor(msg.arrays["mask"], dtype=torch.bool)
+            n = torch.as_tensor(msg.arrays["instances"], dtype=torch.float64)
+            if q.shape != (T, J):
+                raise ValueError(f"client {cid}: posterior has shape {tuple(q.shape)}, the round's rule set is {(T, J)}")
+            outside = m & ~rules.mask
+            stray += int(outside.sum())
+            m = m & rules.mask
+            q = normalise_rows(q, m)
+            use = m.any(-1) & (n > 0)
+            num += q * (n * use)[:, None]
+            den += n * use
+            for t in torch.nonzero(use).flatten().tolist():
+                client_post.setdefault(cid, {})[keys[t]] = q[t][rules.mask[t]].numpy()
+                client_inst.setdefault(cid, {})[keys[t]] = int(n[t])
+        has = den > 0
+        agg = torch.where(has[:, None], num / den.clamp_min(1e-300)[:, None], torch.zeros_like(num))
+        pad = 2 * self.R
+        posteriors: dict[tuple[int, int, int], dict[tuple[int, ...], float]] = {}
+        for t in torch.nonzero(has).flatten().tolist():
+            d = {}
+            for body, p, mk in zip(rules.bodies[t].tolist(), agg[t].tolist(), rules.mask[t].tolist()):
+                if mk and p > 0:
+                    d[tuple(x for x in body if x != pad)] = p
+            posteriors[keys[t]] = d
+        self.pool.update(posteriors, self.cfg.pool_mode, self.cfg.pool_ratio,  # type: ignore[arg-type]
+                         num_samples=self.cfg.pool_samples,
+                         generator=torch.Generator().manual_seed(_seed(self.seed, rnd, "pool")))
+        t1 = time.perf_counter()
+        losses = self._train_generator(rnd, self.cfg.gen.epochs, "generator")
+        t2 = time.perf_counter()
+        self._record(rnd, rules, agg, has, client_post, client_inst)
+        if stray:
+            log.warning("round %d: %d posterior entries on bodies the server did not send were ignored", rnd, stray)
+        return {"triples_updated": int(has.sum()), "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
+                "triples_without_bodies": int((~rules.mask.any(-1)).sum()), "stray_entries": stray,
+                "clients": len(replies), "failures": len(failures), "pool_chains": self.pool.num_chains,
+                "bodies_sent": int(rules.mask.sum()), "generator_loss": losses[-1] if losses else 0.0,
+                "time_aggregate_s": t1 - t0, "time_generator_s": t2 - t1}
+
+    def _record(self, rnd: int, rules: RuleSet, agg: torch.Tensor, has: torch.Tensor,
+                client_post: Mapping[str, Mapping[tuple[int, int, int], np.ndarray]],
+                client_inst: Mapping[str, Mapping[tuple[int, int, int], int]]) -> None:
+        keys = [tuple(int(x) for x in t) for t in rules.triples.tolist()]
+        prior = rules.prior("renormalised")
+        for t, key in enumerate(keys):
+            m = rules.mask[t]
+            if not bool(m.any()):
+                continue
+            self.store.add_triple(key, rules.bodies[t][m].numpy(), prior[t][m].numpy(),
+                                  log_prior=rules.log_prior[t][m].numpy(), sample_counts=rules.counts[t][m].numpy(),
+                                  round=rnd)
+            if bool(has[t]):
+                self.store.record_global(key, agg[t][m].numpy())
+            for cid, posts in client_post.items():
+                if key in posts:
+                    self.store.record_client(key, cid, posts[key], n_instances=client_inst[cid][key])
+
+    # -- evaluation --------------------------------------------------------------------------------------------
+    def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
+        if self.current is None or self.current_round != rnd:
+            self.current = self._sample(rnd)
+            self.current_round = rnd
+        return Message("evaluate", rnd, arrays=rules_to_arrays(self.current), config=self._scorer_config())
+
+    def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        out: Metrics = {}
+        if not replies:
+            return out
+        for prefix in ("", "backbone_"):
+            for part in ("seen", "unseen"):
+                key = f"{prefix}{part}"
+                f1s = [r.metrics[f"{key}_f1"] for r in replies.values() if f"{key}_f1" in r.metrics]
+                if f1s:
+                    out[f"{key}_f1"] = float(np.mean(f1s))
+                    out[f"{key}_ign_f1"] = float(np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()]))
+                tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
+                npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
+                ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
+                out[f"{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
+                body = [r.arrays[f"logic_body_{key}"] for r in replies.values() if f"logic_body_{key}" in r.arrays]
+                corr = [r.arrays[f"logic_correct_{key}"] for r in replies.values() if f"logic_correct_{key}" in r.arrays]
+                if body:
+                    value = logic_from_counts(np.sum(body, axis=0), np.sum(corr, axis=0))
+                    if not math.isnan(value):
+                        out[f"{key}_logic"] = value
+        return out
+
+    def evaluate(self, rnd: int) -> Metrics:
+        if not self.golden:
+            return {}
+        recall, _ = rule_recall(self.pool.distributions(), self.golden, self.cfg.top_k)
+        return {} if math.isnan(recall) else {f"{self.golden_kind}_recall_top{self.cfg.top_k}": recall}
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
+            "pool": self.pool.state_dict(),
+            "triples": self.triples.clone(),
+            "initialised": self.initialised,
+            "current": None if self.current is None else rules_to_arrays(self.current),
+            "current_round": self.current_round,
+            "store": json.dumps(self.store.to_json(), allow_nan=False),
+            "last_gen_loss": self.last_gen_loss,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        from fednsl.methods.fednsl.client import rules_from_message
+
+        self.model.load_state_dict(state["model"])
+        self.pool.load_state_dict(state["pool"])
+        self.triples = state["triples"].clone()
+        self.initialised = bool(state["initialised"])
+        if self.cfg.gen.type_constraints and len(self.pool):
+            self.constraints = TypeConstraints.from_pairs(self.pool.triples, self.R, max(1, len(self.types)), "any")
+        self.current = None if state["current"] is None else rules_from_message(state["current"])
+        self.current_round = int(state["current_round"])
+        self.store = RuleStore.from_json(json.loads(state["store"]))
+        self.last_gen_loss = state.get("last_gen_loss")
+
+    # -- outputs ---------------------------------------------------------------------------------------------
+    def finalize(self, run_dir: Path) -> None:
+        run_dir = Path(run_dir)
+        if self.golden:
+            recall, hits = rule_recall(self.pool.distributions(), self.golden, self.cfg.top_k)
+            vocab = self.store.vocab
+            self.store.meta[f"{self.golden_kind}_recall_top{self.cfg.top_k}"] = None if math.isnan(recall) else recall
+            self.store.meta[f"{self.golden_kind}_rules"] = [
+                {"rule": f"{self.relations[h]} <- {vocab.format_body(b)}", "in_top_k": hit}
+                for (h, b), hit in zip(self.golden, hits)]
+        self.store.meta["pool_top"] = {
+            self.store.triple_name(t): [[f"{self.relations[t[0]]} <- {self.store.vocab.format_body(b)}", p]
+                                        for b, p in sorted(d.items(), key=lambda kv: -kv[1])[: self.cfg.top_k + 1]]
+            for t, d in self.pool.distributions().items()}
+        self.store.save(run_dir)
+        from fednsl.methods.fednsl.plots import plot_fednsl
+
+        plot_fednsl(run_dir)

@@ -1,0 +1,287 @@
+"""Semiring matrix products over gathered operand pairs: the inner loop of :func:`kg.grounding.path_scores`.
+
+One call computes, for every pair g and document b,
+
+    out[b, g] = S[b, parents[g]] ⊗ V[b, tokens[g]]          (all (B, N, N) matrices)
+
+with ⊗ the max-product product (A ⊗ B)[i, j] = max_k A[i, k]·B[k, j] (FedNSL Eq. 8, LogiRE's max-plus in log space)
+or the sum-product product (ordinary matmul: it counts weighted paths). Max-product never materialises the
+(N, N, N) product tensor: a compiled numba kernel (CPU, float32/float64) streams over the intermediate entity k
+with the output row in registers/L1, skipping k where S[i, k] <= eps (eps = 0 skips only exact zeros, e.g. padded
+entities and the off-diagonal of the stay matrix); the portable torch fallback (GPU, other dtypes, autograd) loops
+over k on chunks of pairs.
+
+Threads: the numba kernels are serial and release the GIL; slices of pairs run on a thread pool sized by
+``torch.get_num_threads()``. (numba's own ``parallel=True`` uses an OpenMP pool whose spinning workers slow every
+later torch op in the process by 10-50x on a busy machine, so it is not used.)
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+try:  # numba is optional: the torch fallback gives identical results, only slower on CPU.
+    import numba
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    numba = None
+    HAVE_NUMBA = False
+
+BACKENDS = ("auto", "numba", "torch")
+_TORCH_CHUNK_ELEMS = 1 << 16
+
+
+if HAVE_NUMBA:
+
+    @numba.njit(fastmath=True, cache=True, nogil=True)
+    def _maxprod_nb(S, V, pidx, tidx, oidx, eps, out, g0, g1):  # pragma: no cover - compiled
+        """out[b, oidx[g]] = S[b, pidx[g]] ⊗_max V[b, tidx[g]]; four output rows per sweep over k (register reuse
+        of V[k]); partial values <= eps contribute nothing (a - a keeps the dtype, so the j-loop vectorises)."""
+        n_docs = S.shape[0]
+        n_rows = S.shape[2]
+        n_inner = S.shape[3]
+        n_cols = V.shape[3]
+        for bg in range(n_docs * (g1 - g0)):
+            b = bg // (g1 - g0)
+            g = g0 + bg % (g1 - g0)
+            A = S[b, pidx[g]]
+            W = V[b, tidx[g]]
+            O = out[b, oidx[g]]
+            r0 = np.empty(n_cols, S.dtype)
+            r1 = np.empty(n_cols, S.dtype)
+            r2 = np.empty(n_cols, S.dtype)
+            r3 = np.empty(n_cols, S.dtype)
+            i = 0
+            while i + 4 <= n_rows:
+                for j in range(n_cols):
+                    r0[j] = 0.0
+                    r1[j] = 0.0
+                    r2[j] = 0.0
+                    r3[j] = 0.0
+                for k in range(n_inner):
+                    a0 = A[i, k]
+                    a1 = A[i + 1, k]
+                    a2 = A[i + 2, k]
+                    a3 = A[i + 3, k]
+                    if a0 <= eps and a1 <= eps and a2 <= eps and a3 <= eps:
+                        continue
+                    if a0 <= eps:
+                        a0 = a0 - a0
+                    if a1 <= eps:
+                        a1 = a1 - a1
+                    if a2 <= eps:
+                        a2 = a2 - a2
+                    if a3 <= eps:
+                        a3 = a3 - a3
+                    w = W[k]
+                    for j in range(n_cols):
+                        x = w[j]
+                        r0[j] = max(r0[j], a0 * x)
+                        r1[j] = max(r1[j], a1 * x)
+                        r2[j] = max(r2[j], a2 * x)
+                        r3[j] = max(r3[j], a3 * x)
+                O[i] = r0
+                O[i + 1] = r1
+                O[i + 2] = r2
+                O[i + 3] = r3
+                i += 4
+            while i < n_rows:
+                for j in range(n_cols):
+                    r0[j] = 0.0
+                for k in range(n_inner):
+                    a0 = A[i, k]
+                    if a0 <= eps:
+                        continue
+                    w = W[k]
+                    for j in range(n_cols):
+                        r0[j] = max(r0[j], a0 * w[j])
+                O[i] = r0
+                i += 1
+
+    @numba.njit(fastmath=True, cache=True, nogil=True)
+    def _maxprod_arg_nb(S, V, pidx, tidx, oidx, eps, out, g0, g1, arg):  # pragma: no cover - compiled
+        n_docs = S.shape[0]
+        n_rows = S.shape[2]
+        n_inner = S.shape[3]
+        n_cols = V.shape[3]
+        for bg in range(n_docs * (g1 - g0)):
+            b = bg // (g1 - g0)
+            g = g0 + bg % (g1 - g0)
+            p = pidx[g]
+            t = tidx[g]
+            o = oidx[g]
+            for i in range(n_rows):
+                row = out[b, o, i]
+                arow = arg[b, o, i]
+                for j in range(n_cols):
+                    row[j] = 0.0
+                    arow[j] = 0
+                for k in range(n_inner):
+                    a = S[b, p, i, k]
+                    if a <= eps:
+                        continue
+                    vk = V[b, t, k]
+                    for j in range(n_cols):
+                        v = a * vk[j]
+                        if v > row[j]:
+                            row[j] = v
+                            arow[j] = k
+
+
+def numba_usable(S: torch.Tensor, V: torch.Tensor) -> bool:
+    """Whether the numba kernel can take these operands (CPU, same float32/float64 dtype, no autograd)."""
+    needs_grad = torch.is_grad_enabled() and (S.requires_grad or V.requires_grad)
+    return (
+        HAVE_NUMBA
+        and S.device.type == "cpu"
+        and V.device.type == "cpu"
+        and S.dtype == V.dtype
+        and S.dtype in (torch.float32, torch.float64)
+        and not needs_grad
+    )
+
+
+def pick_backend(backend: str, S: torch.Tensor, V: torch.Tensor) -> str:
+    """Resolve ``backend`` ("auto" | "numba" | "torch") for these operands; raise if "numba" cannot run."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "numba" if numba_usable(S, V) else "torch"
+    if backend == "numba" and not numba_usable(S, V):
+        raise ValueError(
+            "backend='numba' needs numba installed and CPU float32/float64 tensors without autograd "
+            f"(got numba={'yes' if HAVE_NUMBA else 'no'}, device={S.device}, dtype={S.dtype})"
+        )
+    return backend
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+def _run_sliced(kernel, args: tuple, n_pairs: int, n_docs: int, n: int, tail: tuple = ()) -> None:
+    """Run ``kernel(*args, g0, g1, *tail)`` on slices of the pairs, one per thread (torch.get_num_threads())."""
+    global _POOL, _POOL_SIZE
+    pool_size = max(1, torch.get_num_threads())
+    # below ~1M multiply-max operations a thread hand-off costs more than it saves
+    n_threads = min(pool_size, n_pairs, max(1, (n_pairs * n_docs * n**3) // (1 << 20)))
+    if n_threads == 1:
+        kernel(*args, 0, n_pairs, *tail)
+        return
+    if _POOL is None or _POOL_SIZE != pool_size:
+        if _POOL is not None:
+            _POOL.shutdown(wait=True)
+        _POOL = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="kg-grounding")
+        _POOL_SIZE = pool_size
+    # 4 slices per thread: a thread that the OS schedules late does not hold up the whole level
+    n_slices = min(n_pairs, 4 * n_threads)
+    bounds = np.linspace(0, n_pairs, n_slices + 1).astype(np.int64)
+    futures = [_POOL.submit(kernel, *args, int(a), int(b), *tail) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    for fut in futures:
+        fut.result()
+
+
+def _as_index(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def maxprod_pairs(
+    S: torch.Tensor,
+    V: torch.Tensor,
+    parents: np.ndarray,
+    tokens: np.ndarray,
+    out: torch.Tensor,
+    out_index: np.ndarray,
+    *,
+    eps: float = 0.0,
+    arg: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> None:
+    """out[:, out_index[g]] = S[:, parents[g]] ⊗_max V[:, tokens[g]] for every g (in place).
+
+    Shapes: S (B, P, N, K), V (B, C, K, M), out (B, G', N, M); ``arg`` (B, G', N, M) int32, if given, receives the
+    first maximising k. Entries S[b, p, i, k] <= eps are skipped (eps = 0: exact).
+    """
+    if len(parents) == 0:
+        return
+    if pick_backend(backend, S, V) == "numba":
+        args = (
+            S.detach().numpy(),
+            V.detach().numpy(),
+            _as_index(parents),
+            _as_index(tokens),
+            _as_index(out_index),
+            float(eps),
+            out.numpy(),
+        )
+        if arg is None:
+            _run_sliced(_maxprod_nb, args, len(parents), S.shape[0], S.shape[-1])
+        else:
+            _run_sliced(_maxprod_arg_nb, args, len(parents), S.shape[0], S.shape[-1], (arg.numpy(),))
+        return
+    _maxprod_torch(S, V, parents, tokens, out, out_index, eps=eps, arg=arg)
+
+
+def _maxprod_torch(
+    S: torch.Tensor,
+    V: torch.Tensor,
+    parents: np.ndarray,
+    tokens: np.ndarray,
+    out: torch.Tensor,
+    out_index: np.ndarray,
+    *,
+    eps: float,
+    arg: torch.Tensor | None,
+) -> None:
+    """Portable max-product: loop over the intermediate entity k on chunks of pairs (no (N, N, N) tensor)."""
+    n_docs, _, n_rows, n_inner = S.shape
+    n_cols = V.shape[-1]
+    chunk = max(1, _TORCH_CHUNK_ELEMS // max(1, n_docs * n_rows * n_cols))
+    if S.device.type != "cpu":
+        chunk *= 64
+    dev = S.device
+    for g0 in range(0, len(parents), chunk):
+        p = torch.as_tensor(parents[g0 : g0 + chunk], device=dev)
+        t = torch.as_tensor(tokens[g0 : g0 + chunk], device=dev)
+        o_idx = torch.as_tensor(out_index[g0 : g0 + chunk], device=dev)
+        A = S[:, p]
+        A = A.masked_fill(A <= eps, 0)
+        Bm = V[:, t]
+        best = torch.zeros(n_docs, len(p), n_rows, n_cols, dtype=out.dtype, device=dev)
+        best_k = torch.zeros(best.shape, dtype=torch.int32, device=dev) if arg is not None else None
+        for k in range(n_inner):
+            prod = A[..., k : k + 1] * Bm[..., k : k + 1, :]
+            if best_k is None:
+                best = torch.maximum(best, prod)
+            else:
+                better = prod > best
+                best = torch.where(better, prod, best)
+                best_k.masked_fill_(better, k)
+        out[:, o_idx] = best
+        if arg is not None:
+            arg[:, o_idx] = best_k
+
+
+def sumprod_pairs(
+    S: torch.Tensor,
+    V: torch.Tensor,
+    parents: np.ndarray,
+    tokens: np.ndarray,
+    out: torch.Tensor,
+    out_index: np.ndarray,
+) -> None:
+    """out[:, out_index[g]] = S[:, parents[g]] @ V[:, tokens[g]] (sum-product = batched matmul, chunked)."""
+    if len(parents) == 0:
+        return
+    n_docs, _, n_rows, n_inner = S.shape
+    chunk = max(1, (1 << 22) // max(1, n_docs * n_rows * n_inner))
+    dev = S.device
+    for g0 in range(0, len(parents), chunk):
+        p = torch.as_tensor(parents[g0 : g0 + chunk], device=dev)
+        t = torch.as_tensor(tokens[g0 : g0 + chunk], device=dev)
+        o_idx = torch.as_tensor(out_index[g0 : g0 + chunk], device=dev)
+        out[:, o_idx] = torch.matmul(S[:, p], V[:, t])
