@@ -7,7 +7,8 @@
    length-1..3 bodies whose tokens follow the gold token frequencies (relations and inverses), heads likewise.
 2. Logic accuracy of the 39 golden rules: ours = ``rules.measures.logic_accuracy``; reference = LogiRE's
    ``Evaluator.check_rules`` algorithm (torch, per rule ``(chain[:, :, None] & atom[None]).sum(1) > 0``).
-   Predictions = gold relations with 5% of the cells flipped (seeded).
+   Predictions = gold relations with 10% of the gold facts dropped and 0.05% of the other cells switched on
+   (seeded); logic accuracy of the exact gold relations is reported too.
 
 Both sides get identical inputs and must give identical counts (checked). Reported: seconds (min of repeats)
 and ratio reference / ours.
@@ -86,6 +87,12 @@ def logire_check_rules(preds: list[torch.Tensor], rules: list[list]) -> tuple[np
     return total.numpy().astype(np.int64), correct.numpy().astype(np.int64)
 
 
+def _gold(doc, R: int) -> np.ndarray:
+    gold = np.zeros((doc.num_entities, doc.num_entities, R), dtype=bool)
+    gold[doc.facts[:, 0], doc.facts[:, 2], doc.facts[:, 1]] = True
+    return gold
+
+
 def timed(fn, repeats: int) -> tuple[float, object]:
     best, out = float("inf"), None
     for _ in range(repeats):
@@ -97,7 +104,7 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bodies", type=int, default=2000, help="random bodies besides the 39 golden rules")
+    ap.add_argument("--bodies", type=int, default=500, help="random bodies besides the 39 golden rules")
     ap.add_argument("--repeats", type=int, default=3, help="timing repeats (min is reported)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random bodies and prediction noise")
     args = ap.parse_args()
@@ -128,10 +135,11 @@ def main() -> None:
 
     preds = []
     for d in docs:
-        N = d.num_entities
-        gold = np.zeros((N, N, R), dtype=bool)
-        gold[d.facts[:, 0], d.facts[:, 2], d.facts[:, 1]] = True
-        preds.append(gold ^ (rng.random(gold.shape) < 0.05))
+        gold = _gold(d, R)
+        noisy = gold & (rng.random(gold.shape) >= 0.10)
+        noisy |= ~gold & (rng.random(gold.shape) < 0.0005)
+        preds.append(noisy)
+    gold_logic = logic_accuracy([_gold(d, R) for d in docs], golden)
     idx_rules = [[r.head, list(r.body)] for r in golden]
     t_logic, logic = timed(lambda: logic_accuracy(preds, golden), args.repeats)
     tpreds = [torch.from_numpy(p) for p in preds]
@@ -150,11 +158,14 @@ def main() -> None:
             "ratio": round(t_ref / t_ours, 1),
             "reference": "per document x rule scipy.sparse CSR composition from scratch",
             "bodies_with_support": int((ours.support > 0).sum()),
-            "golden_rules_std_confidence_on_gold": [round(float(x), 4) for x in ours.std_confidence[: len(golden)]],
+            "golden_rules_std_confidence_on_gold": [
+                None if np.isnan(x) else round(float(x), 4) for x in ours.std_confidence[: len(golden)]
+            ],
         },
         "logic_accuracy": {
             "rules": len(golden),
-            "value_on_gold_with_5pct_flips": round(float(logic.value), 4),
+            "value_on_gold": round(float(gold_logic.value), 4),
+            "value_on_noisy_gold": round(float(logic.value), 4),
             "seconds_ours": round(t_logic, 4),
             "seconds_logire": round(t_logire, 4),
             "ratio": round(t_logire / t_logic, 1),
@@ -163,7 +174,10 @@ def main() -> None:
     }
     path = write_result("rule_measures", payload)
     print(f"counts: {J} rules x {len(docs)} docs: ours {t_ours:.3f}s, reference {t_ref:.3f}s, ratio {t_ref / t_ours:.1f}")
-    print(f"logic accuracy ({logic.value:.4f}): ours {t_logic:.3f}s, LogiRE {t_logire:.3f}s, ratio {t_logire / t_logic:.1f}")
+    print(
+        f"logic accuracy (gold {gold_logic.value:.4f}, noisy {logic.value:.4f}): ours {t_logic:.3f}s, "
+        f"LogiRE {t_logire:.3f}s, ratio {t_logire / t_logic:.1f}"
+    )
     print(f"wrote {path}")
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import yaml
 
 from fednsl.config import RunConfig, dump_config
+from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
 from fednsl.plots import plot_run
 from fednsl.registry import Registry, load_methods
@@ -28,6 +29,7 @@ log = logging.getLogger("fednsl")
 EngineFactory = Callable[..., Any]  # (federation, config, run_dir, resume=, progress=, message_hook=) -> runner
 ENGINES: Registry[EngineFactory] = Registry("engine")
 ENGINES.register("inprocess")(InProcessRunner)
+ENGINES.register("decentralised")(DecentralisedRunner)
 
 
 def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:

@@ -330,6 +330,89 @@ class RuleGenerator(nn.Module):
             raise ValueError(f"bodies must have length L={self.config.max_body_len}, got {bodies.shape[1]}")
         return self.decode(self.encode(triples), bodies[:, :-1])
 
+    # ---- incremental decoding with key/value reuse (sampling) ------------------------------------------------
+    def _attn_qkv(self, attn: nn.MultiheadAttention, x: torch.Tensor, part: slice) -> torch.Tensor:
+        """Project x (B, S, d) with the q/k/v slice ``part`` of ``attn.in_proj`` → (B, heads, S, d/heads)."""
+        d, h = self.config.d_model, self.config.nhead
+        w = attn.in_proj_weight[part]
+        b = attn.in_proj_bias[part] if attn.in_proj_bias is not None else None
+        y = F.linear(x, w, b)
+        return y.view(x.shape[0], x.shape[1], -1, d // h).transpose(1, 2).reshape(x.shape[0], h, x.shape[1], -1)
+
+    def _attend(self, attn: nn.MultiheadAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, heads, 1, d/heads), no mask: all keys are visible
+        out = out.transpose(1, 2).reshape(q.shape[0], 1, self.config.d_model)
+        return attn.out_proj(out)
+
+    def init_cache(self, memory: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Cross-attention keys/values of the memory (T, 3, d), computed once per triple for ``decode_step``."""
+        d = self.config.d_model
+        cache: dict[str, list[torch.Tensor]] = {"mem_k": [], "mem_v": [], "k": [], "v": []}
+        for layer in self.transformer.decoder.layers:
+            cache["mem_k"].append(self._attn_qkv(layer.multihead_attn, memory, slice(d, 2 * d)))
+            cache["mem_v"].append(self._attn_qkv(layer.multihead_attn, memory, slice(2 * d, 3 * d)))
+        return cache
+
+    def decode_step(
+        self,
+        cache: dict[str, list[torch.Tensor]],
+        parent: torch.Tensor | None,
+        row_triple: torch.Tensor,
+        last_token: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]]]:
+        """One decoder position for U rows, reusing self-attention keys/values of earlier positions.
+
+        ``parent`` (U,) indexes the rows of the previous call whose cached keys/values each row extends (None at
+        position 0), ``row_triple`` (U,) indexes the memory, ``last_token`` (U,) is the previous body token (None
+        at position 0: the zero start vector). Returns next-token logits (U, V) equal to
+        ``decode(memory[row_triple], prefix)[:, -1]`` and the extended cache. Eval mode only (no dropout).
+        """
+        if self.training:
+            raise RuntimeError("decode_step is for eval-mode sampling; call model.eval() first")
+        d = self.config.d_model
+        u = row_triple.shape[0]
+        pos = 0 if parent is None else cache["k"][0].shape[2]
+        if last_token is None:
+            x = cache["mem_k"][0].new_zeros(u, 1, d)
+        else:
+            x = self.rel_emb(last_token)[:, None]
+        if self.config.positional:
+            x = x + self.dec_pos[pos]
+        new_k, new_v = [], []
+        for li, layer in enumerate(self.transformer.decoder.layers):
+
+            def self_attn(y: torch.Tensor) -> torch.Tensor:
+                q = self._attn_qkv(layer.self_attn, y, slice(0, d))
+                k = self._attn_qkv(layer.self_attn, y, slice(d, 2 * d))
+                v = self._attn_qkv(layer.self_attn, y, slice(2 * d, 3 * d))
+                if parent is not None:
+                    k = torch.cat([cache["k"][li][parent], k], 2)
+                    v = torch.cat([cache["v"][li][parent], v], 2)
+                new_k.append(k)
+                new_v.append(v)
+                return self._attend(layer.self_attn, q, k, v)
+
+            def cross_attn(y: torch.Tensor) -> torch.Tensor:
+                q = self._attn_qkv(layer.multihead_attn, y, slice(0, d))
+                return self._attend(
+                    layer.multihead_attn, q, cache["mem_k"][li][row_triple], cache["mem_v"][li][row_triple]
+                )
+
+            def ff(y: torch.Tensor) -> torch.Tensor:
+                return layer.linear2(layer.activation(layer.linear1(y)))
+
+            if layer.norm_first:
+                x = x + self_attn(layer.norm1(x))
+                x = x + cross_attn(layer.norm2(x))
+                x = x + ff(layer.norm3(x))
+            else:
+                x = layer.norm1(x + self_attn(x))
+                x = layer.norm2(x + cross_attn(x))
+                x = layer.norm3(x + ff(x))
+        if self.transformer.decoder.norm is not None:
+            x = self.transformer.decoder.norm(x)
+        return self.proj(x[:, 0]), {"mem_k": cache["mem_k"], "mem_v": cache["mem_v"], "k": new_k, "v": new_v}
+
     # ---- probabilities ---------------------------------------------------------------------------------------
     def step_log_probs(
         self, triples: torch.Tensor, bodies: torch.Tensor, constraints: TypeConstraints | None = None
@@ -487,8 +570,9 @@ def sample_rules(
 ) -> SampledRules:
     """Eq. (5): N ancestral samples per triple for ALL triples at once → unique bodies, log-prior, counts.
 
-    One decoder pass per step over the *distinct* (triple, prefix) rows only (all N samples of a triple share the
-    empty prefix, most share short prefixes), re-running the ≤L-step decoder instead of caching keys/values.
+    One decoder position per step over the *distinct* (triple, prefix) rows only (all N samples of a triple share
+    the empty prefix, most share short prefixes), with cross-attention keys/values computed once per triple and
+    self-attention keys/values reused from the prefix row (``RuleGenerator.decode_step``).
     Tokens are drawn by Gumbel-max from the masked log-softmax with noise of shape (T, N, V) per step taken from
     ``generator`` (default: seed 0) → deterministic, and identical to ``sample_rules_reference``.
     The model is put in eval mode for sampling and its previous mode restored.
@@ -504,21 +588,29 @@ def sample_rules(
     was_training = model.training
     model.eval()
     try:
-        memory = model.encode(tri)
+        cache = model.init_cache(model.encode(tri))
         row_triple = torch.arange(t_count, device=device).repeat_interleave(n)
         state = _Validity(tri[row_triple], length, c.num_relations, constraints)
         tokens = torch.zeros(t_count * n, 0, dtype=torch.long, device=device)
         logp = torch.zeros(t_count * n, device=device)
         uncompletable = torch.zeros(0, dtype=torch.long, device=device)
+        prev_inv: torch.Tensor | None = None
         for step in range(length):
             allow = state.mask()
             if step == 0:
                 dead = ~allow.any(1)
                 uncompletable = torch.unique(row_triple[dead])
                 allow[dead, c.pad] = True
+            # distinct (triple, prefix) rows; each extends the cached row of its prefix without the last token
             key = torch.cat([row_triple[:, None], tokens], 1)
             uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-            logits = model.decode(memory[uniq[:, 0]], uniq[:, 1:])[:, -1][inv]
+            parent = None
+            if prev_inv is not None:
+                parent = torch.empty(uniq.shape[0], dtype=torch.long, device=device).scatter_(0, inv, prev_inv)
+            last = uniq[:, -1] if step > 0 else None
+            logits_u, cache = model.decode_step(cache, parent, uniq[:, 0], last)
+            logits = logits_u[inv]
+            prev_inv = inv
             step_lp = torch.log_softmax(logits.float().masked_fill(~allow, float("-inf")), dim=-1)
             noise = _gumbel((t_count, n, v), generator, device).view(-1, v)
             choice = (step_lp + noise).argmax(-1)

@@ -36,7 +36,7 @@ __all__ = [
     "ClientRecord",
     "RuleRow",
     "RuleStore",
-    "TripleDiff",
+    "RuleDiff",
     "TripleRecord",
     "kl_divergence",
     "total_variation",
@@ -208,11 +208,13 @@ class RuleRow:
 
 
 @dataclass(frozen=True)
-class TripleDiff:
-    """How two clients' posteriors over one triple's bodies differ: TV, KL both ways, largest gaps."""
+class RuleDiff:
+    """How two clients' rule distributions differ for one triple (``by="triple"``) or one head relation
+    (``by="head"``, triples merged): TV, KL both ways, the bodies with the largest gaps."""
 
-    triple: Triple
-    triple_name: str
+    name: str  # triple name, or the head relation name
+    head: int
+    triple: Triple | None  # None when compared by head relation
     total_variation: float
     kl_ab: float
     kl_ba: float
@@ -220,8 +222,9 @@ class TripleDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "triple": list(self.triple),
-            "triple_name": self.triple_name,
+            "name": self.name,
+            "head": self.head,
+            "triple": None if self.triple is None else list(self.triple),
             "total_variation": self.total_variation,
             "kl_ab": self.kl_ab,
             "kl_ba": self.kl_ba,
@@ -528,34 +531,83 @@ class RuleStore:
                 )
         return out
 
+    def head_distribution(self, client: ClientId | int, head: int) -> dict[tuple[int, ...], float] | None:
+        """A client's posterior over stay-free bodies of one head relation, its triples merged with weights
+        #instances (equal weights when none reported); None when the client has no triple of ``head``."""
+        c = str(client)
+        recs = [rec for t, rec in self.triples.items() if t[0] == head and c in rec.clients]
+        if not recs:
+            return None
+        w = np.array([rec.clients[c].n_instances for rec in recs], dtype=np.float64)
+        if w.sum() <= 0:
+            w = np.ones_like(w)
+        dist: dict[tuple[int, ...], float] = {}
+        for rec, wt in zip(recs, w / w.sum()):
+            for j, p in enumerate(rec.clients[c].posterior.tolist()):
+                key = self.vocab.strip(rec.bodies[j])
+                dist[key] = dist.get(key, 0.0) + wt * p
+        return dist
+
     def diff(
-        self, a: ClientId | int, b: ClientId | int, *, top: int = 5, head: str | int | None = None, eps: float = 1e-9
-    ) -> list[TripleDiff]:
-        """Per triple both clients have posteriors for: TV, KL(a‖b), KL(b‖a) and the ``top`` bodies with the
-        largest |p_a − p_b|; sorted by TV, largest first."""
+        self,
+        a: ClientId | int,
+        b: ClientId | int,
+        *,
+        by: str = "head",
+        top: int = 5,
+        head: str | int | None = None,
+        eps: float = 1e-9,
+    ) -> list[RuleDiff]:
+        """TV, KL(a‖b), KL(b‖a) and the ``top`` bodies with the largest |p_a − p_b|, sorted by TV (largest first).
+
+        by="triple": per triple both clients have posteriors for. by="head": per head relation both clients have
+        triples of, each client's triples merged (:meth:`head_distribution`; bodies compared after dropping stay
+        tokens, a body one client lacks has probability 0 there) -- the comparison that works when clients own
+        different entity-type combinations (spec §4), as in the FedNSL DWIE split.
+        """
+        if by not in ("triple", "head"):
+            raise ValueError(f"by must be 'triple' or 'head', got {by!r}")
         ca, cb = str(a), str(b)
         known = set(self.clients)
         for c in (ca, cb):
             if c not in known:
                 raise KeyError(f"client {c!r} not in the store; clients: {sorted(known)}")
         out = []
-        for t in self.find_triples(head):
-            rec = self.triples[t]
-            if ca not in rec.clients or cb not in rec.clients:
-                continue
-            p, q = rec.clients[ca].posterior, rec.clients[cb].posterior
-            order = np.argsort(-np.abs(p - q), kind="stable")[:top]
-            out.append(
-                TripleDiff(
-                    triple=t,
-                    triple_name=self.triple_name(t),
-                    total_variation=total_variation(p, q),
-                    kl_ab=kl_divergence(p, q, eps),
-                    kl_ba=kl_divergence(q, p, eps),
-                    top=[(self.rule_text(t, rec.bodies[j]), float(p[j]), float(q[j])) for j in order.tolist()],
-                )
-            )
+        if by == "triple":
+            for t in self.find_triples(head):
+                rec = self.triples[t]
+                if ca not in rec.clients or cb not in rec.clients:
+                    continue
+                p, q = rec.clients[ca].posterior, rec.clients[cb].posterior
+                texts = [self.rule_text(t, body) for body in rec.bodies]
+                out.append(self._diff(self.triple_name(t), t[0], t, texts, p, q, top, eps))
+        else:
+            heads = sorted({t[0] for t in self.find_triples(head)})
+            for h in heads:
+                da, db = self.head_distribution(ca, h), self.head_distribution(cb, h)
+                if da is None or db is None:
+                    continue
+                keys = list(dict.fromkeys([*da, *db]))
+                p = np.array([da.get(k, 0.0) for k in keys])
+                q = np.array([db.get(k, 0.0) for k in keys])
+                texts = [f"{self.relations[h]} <- {self.vocab.format_body(k)}" for k in keys]
+                out.append(self._diff(self.relations[h], h, None, texts, p, q, top, eps))
         return sorted(out, key=lambda d: -d.total_variation)
+
+    @staticmethod
+    def _diff(
+        name: str, head: int, triple: Triple | None, texts: list[str], p: np.ndarray, q: np.ndarray, top: int, eps: float
+    ) -> RuleDiff:
+        order = np.argsort(-np.abs(p - q), kind="stable")[:top]
+        return RuleDiff(
+            name=name,
+            head=head,
+            triple=triple,
+            total_variation=total_variation(p, q),
+            kl_ab=kl_divergence(p, q, eps),
+            kl_ba=kl_divergence(q, p, eps),
+            top=[(texts[j], float(p[j]), float(q[j])) for j in order.tolist()],
+        )
 
     def scored_rules(self, head: str | int | None = None) -> tuple[list[ScoredRule], list[float], int]:
         """Unique chain rules over all triples for export (AnyBURL/AMIE know no entity types): counts summed over

@@ -123,6 +123,9 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
         raise click.ClickException(str(err)) from err
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in rows], indent=1))
+    elif not rows and fmt == "text":
+        what = f" of head {head}" if head is not None else ""
+        click.echo(f"no rules{what}" + (f" with a posterior of client {client}" if client else ""))
     elif fmt == "tsv":
         click.echo(_rows_tsv(rows), nl=False)
     else:
@@ -177,28 +180,34 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
 @command.command("diff")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option("--client", "clients", multiple=True, required=True, help="Client id; give exactly two (A then B).")
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Bodies with the largest |p_A - p_B| per triple.")
-@click.option("--head", "head", default=None, help="Only triples with this head relation.")
+@click.option(
+    "--by", type=click.Choice(["head", "triple"]), default="head", show_default=True,
+    help="Compare per head relation (each client's triples merged, weighted by #instances) or per triple both "
+    "clients hold (clients owning different entity-type combinations share no triple).",
+)
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Bodies with the largest |p_A - p_B| per row.")
+@click.option("--head", "head", default=None, help="Only this head relation.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
-def diff(run_dir: Path, clients: tuple[str, ...], top: int, head: str | None, fmt: str) -> None:
-    """How two clients' rule posteriors differ per triple: total variation, KL both ways, largest gaps."""
+def diff(run_dir: Path, clients: tuple[str, ...], by: str, top: int, head: str | None, fmt: str) -> None:
+    """How two clients' rule posteriors differ: total variation, KL both ways, largest gaps."""
     if len(clients) != 2:
         raise click.UsageError("give --client exactly twice: --client A --client B")
     store = _load(run_dir)
     a, b = clients
     try:
-        diffs = store.diff(a, b, top=top, head=head)
+        diffs = store.diff(a, b, by=by, top=top, head=head)
     except (KeyError, ValueError) as err:
         raise click.ClickException(str(err).strip('"')) from err
     if fmt == "json":
-        click.echo(json.dumps({"a": a, "b": b, "triples": [d.to_json() for d in diffs]}, indent=1))
+        click.echo(json.dumps({"a": a, "b": b, "by": by, "rows": [d.to_json() for d in diffs]}, indent=1))
         return
     if not diffs:
-        click.echo(f"clients {a} and {b} share no triple")
+        hint = " (try --by head)" if by == "triple" else ""
+        click.echo(f"clients {a} and {b} share no {'triple' if by == 'triple' else 'head relation'}{hint}")
         return
-    click.echo(f"{'TV':>7} {'KL(A|B)':>8} {'KL(B|A)':>8}  triple      (A = client {a}, B = client {b})")
+    click.echo(f"{'TV':>7} {'KL(A|B)':>8} {'KL(B|A)':>8}  {by:<12}(A = client {a}, B = client {b})")
     for d in diffs:
-        click.echo(f"{d.total_variation:7.4f} {d.kl_ab:8.4f} {d.kl_ba:8.4f}  {d.triple_name}")
+        click.echo(f"{d.total_variation:7.4f} {d.kl_ab:8.4f} {d.kl_ba:8.4f}  {d.name}")
         for rule, pa, pb in d.top:
             click.echo(f"{'':26}p_A {pa:.4f}  p_B {pb:.4f}  {rule}")
 

@@ -109,3 +109,18 @@ def explore(model: Model, max_states: int = 2_000_000, stop_at_first: bool = Tru
             break
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def replay(model: Model, trace: list[str]) -> Any:
+    """Re-execute a counterexample trace (transition labels) from the initial state.
+
+    Raises ``ValueError`` if a label is not enabled: the trace no longer applies to the model
+    (e.g. the protocol was fixed). Returns the state reached.
+    """
+    state = model.initial()
+    for i, label in enumerate(trace):
+        nxt = dict(model.successors(state))
+        if label not in nxt:
+            raise ValueError(f"step {i}: {label!r} is not enabled; enabled: {sorted(nxt)}")
+        state = nxt[label]
+    return state

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 SEMIRINGS = ("max-product", "sum-product")
+_NUMPY_DTYPES = (torch.float32, torch.float64)
+
+
+def tensor_amax(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """Max over ``dims``; single-threaded numpy for CPU float32/float64 (a torch reduction opens an OpenMP region
+    whose cost dwarfs the work on a busy machine), torch otherwise."""
+    if x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES and not x.requires_grad:
+        return torch.from_numpy(np.asarray(x.numpy().max(axis=dims)))
+    return x.amax(dim=dims)
+
+
+def value_range(x: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of ``x`` in one pass; NaN anywhere gives NaN."""
+    if x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES:
+        a = x.detach().numpy()
+        return float(a.min()), float(a.max())
+    lo, hi = torch.aminmax(x.detach())
+    return float(lo), float(hi)
 
 
 class GroundingInputError(ValueError):
@@ -33,7 +52,8 @@ def check_values(values: torch.Tensor, stay_id: int | None, *, check_range: bool
     """Validate ``values`` (B, N, N, C) and return the resolved stay id.
 
     Checks: a floating tensor of rank 4 with equal entity axes; no NaN; (if ``check_range``) every entry in [0, 1];
-    the stay channel ``values[..., stay_id]`` is diagonal (zero off the diagonal), as the identity/padding token must be.
+    the stay channel ``values[..., stay_id]`` is diagonal (zero off the diagonal), as the identity/padding token
+    must be.
     """
     if not isinstance(values, torch.Tensor):
         raise GroundingInputError(f"values must be a torch.Tensor, got {type(values).__name__}")
@@ -47,13 +67,15 @@ def check_values(values: torch.Tensor, stay_id: int | None, *, check_range: bool
     if c < 1:
         raise GroundingInputError("values has no channels (C = 0)")
     if not values.dtype.is_floating_point:
-        raise GroundingInputError(f"values must be a floating tensor (probabilities in [0, 1]), got dtype {values.dtype}")
+        raise GroundingInputError(
+            f"values must be a floating tensor (probabilities in [0, 1]), got dtype {values.dtype}"
+        )
     stay = resolve_stay_id(c, stay_id)
     if b == 0 or n1 == 0:
         return stay
     v = values.detach()
-    lo, hi = torch.aminmax(v)  # one pass; NaN propagates into both
-    if bool(torch.isnan(lo)) or (check_range and not (bool(lo >= 0) and bool(hi <= 1))):
+    lo, hi = value_range(v)
+    if lo != lo or hi != hi or (check_range and not (lo >= 0 and hi <= 1)):
         nan = torch.isnan(v)
         if bool(nan.any()):
             idx = tuple(int(i) for i in nan.nonzero()[0])
@@ -61,7 +83,8 @@ def check_values(values: torch.Tensor, stay_id: int | None, *, check_range: bool
         bad = (v < 0) | (v > 1)
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise GroundingInputError(
-            f"values must be probabilities in [0, 1]; values{list(idx)} = {float(v[idx]):.6g} (doc, head, tail, channel)"
+            f"values must be probabilities in [0, 1]; values{list(idx)} = {float(v[idx]):.6g} "
+            "(doc, head, tail, channel)"
         )
     off = v[..., stay] * (1 - torch.eye(n1, dtype=v.dtype, device=v.device))
     if bool((off != 0).any()):
@@ -89,7 +112,8 @@ def check_bodies(bodies: torch.Tensor, n_channels: int) -> torch.Tensor:
         if bool(bad.any()):
             j, k = (int(i) for i in bad.nonzero()[0])
             raise GroundingInputError(
-                f"bodies[{j}, {k}] = {int(bodies[j, k])} is not a token id in [0, {n_channels}) (C = {n_channels} channels)"
+                f"bodies[{j}, {k}] = {int(bodies[j, k])} is not a token id in [0, {n_channels}) "
+                f"(C = {n_channels} channels)"
             )
     return bodies
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kg.grounding.checks import GroundingInputError, check_bodies, check_semiring, check_values
+from kg.grounding.checks import GroundingInputError, check_bodies, check_semiring, check_values, tensor_amax
 from kg.grounding.kernels import maxprod_pairs, pick_backend, sumprod_pairs
 from kg.grounding.plan import BodyPlan, build_plan
 
@@ -35,8 +35,8 @@ def stay_acts_as_identity(values: torch.Tensor, stay_id: int) -> bool:
     if not bool(off.any()):
         return True
     # the stay channel is zero on these rows/columns already (diagonal, D[e, e] = 0), so all channels may be checked
-    row_max = values.amax(dim=(2, 3))  # (B, N): entity as head
-    col_max = values.amax(dim=(1, 3))  # (B, N): entity as tail
+    row_max = tensor_amax(values, (2, 3)).to(off.device)  # (B, N): entity as head
+    col_max = tensor_amax(values, (1, 3)).to(off.device)  # (B, N): entity as tail
     return not bool(((row_max != 0) & off).any()) and not bool(((col_max != 0) & off).any())
 
 
@@ -118,20 +118,19 @@ def apply_pairs(
                 tmp_arg = torch.empty(tmp.shape, dtype=torch.int32, device=dest.device)
                 order = np.arange(len(gen))
                 maxprod_pairs(prev, V, parents[gen], tokens[gen], tmp, order, eps=eps, arg=tmp_arg, backend=backend)
-                dest[:, torch.as_tensor(dest_index[gen], device=dest.device)] = tmp
-                arg[:, torch.as_tensor(arg_index[gen], device=dest.device)] = tmp_arg
+                dest.index_copy_(1, torch.as_tensor(dest_index[gen], device=dest.device), tmp)
+                arg.index_copy_(1, torch.as_tensor(arg_index[gen], device=dest.device), tmp_arg)
         else:
             sumprod_pairs(prev, V, parents[gen], tokens[gen], dest, dest_index[gen])
     st = np.nonzero(is_stay)[0]
     if len(st):
         n = V.shape[-1]
         d = V[:, stay_id].diagonal(dim1=1, dim2=2)  # (B, N)
-        scaled = prev[:, torch.as_tensor(parents[st], device=V.device)] * d[:, None, None, :]
-        dest[:, torch.as_tensor(dest_index[st], device=V.device)] = scaled
+        scaled = prev.index_select(1, torch.as_tensor(parents[st], device=V.device)) * d[:, None, None, :]
+        dest.index_copy_(1, torch.as_tensor(dest_index[st], device=V.device), scaled)
         if arg is not None:
-            arg[:, torch.as_tensor(arg_index[st], device=V.device)] = torch.arange(
-                n, dtype=torch.int32, device=V.device
-            ).expand(n, n)
+            eye_arg = torch.arange(n, dtype=torch.int32, device=V.device).expand(arg.shape[0], len(st), n, n)
+            arg.index_copy_(1, torch.as_tensor(arg_index[st], device=V.device), eye_arg.contiguous())
 
 
 def node_table(
@@ -150,7 +149,9 @@ def node_table(
     offsets = level_offsets(plan, n_channels)
     table = values.new_empty(n_docs, offsets[-1], n, n)
     table[:, :n_channels] = values.permute(0, 3, 1, 2)
-    arg = torch.empty(n_docs, offsets[-1] - n_channels, n, n, dtype=torch.int32, device=values.device) if want_arg else None
+    arg = None
+    if want_arg:
+        arg = torch.empty(n_docs, offsets[-1] - n_channels, n, n, dtype=torch.int32, device=values.device)
     backend = pick_backend(backend, table, table)
     for k, (parents, tokens) in enumerate(zip(plan.parents, plan.tokens), start=2):
         parent_rows = parents if k == 2 else parents + offsets[k - 2]

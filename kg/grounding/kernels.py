@@ -7,17 +7,18 @@ One call computes, for every pair g and document b,
 with ⊗ the max-product product (A ⊗ B)[i, j] = max_k A[i, k]·B[k, j] (FedNSL Eq. 8, LogiRE's max-plus in log space)
 or the sum-product product (ordinary matmul: it counts weighted paths). Max-product never materialises the
 (N, N, N) product tensor: a compiled numba kernel (CPU, float32/float64) streams over the intermediate entity k
-with the output row in registers/L1, skipping k where S[i, k] <= eps (eps = 0 skips only exact zeros, e.g. padded
+with four output rows in L1, skipping k where S[i, k] <= eps (eps = 0 skips only exact zeros, e.g. padded
 entities and the off-diagonal of the stay matrix); the portable torch fallback (GPU, other dtypes, autograd) loops
 over k on chunks of pairs.
 
-Threads: the numba kernels are serial and release the GIL; slices of pairs run on a thread pool sized by
-``torch.get_num_threads()``. (numba's own ``parallel=True`` uses an OpenMP pool whose spinning workers slow every
-later torch op in the process by 10-50x on a busy machine, so it is not used.)
+Threads: the numba kernels are serial and release the GIL; slices of pairs run on the calling thread plus helper
+threads, ``torch.get_num_threads()`` in all. (numba's own ``parallel=True`` uses an OpenMP pool whose spinning
+workers slowed every later torch op in the process 10-50x on a busy machine, so it is not used.)
 """
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -32,7 +33,9 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
     HAVE_NUMBA = False
 
 BACKENDS = ("auto", "numba", "torch")
-_TORCH_CHUNK_ELEMS = 1 << 16
+# CPU fallback: keep every elementwise op below torch's parallel grain size (32768 elements), so it runs in the
+# calling thread; an OpenMP region per tiny op costs 10-50x the work itself on a busy machine.
+_TORCH_CHUNK_ELEMS = 1 << 15
 
 
 if HAVE_NUMBA:
@@ -164,25 +167,48 @@ _POOL_SIZE = 0
 
 
 def _run_sliced(kernel, args: tuple, n_pairs: int, n_docs: int, n: int, tail: tuple = ()) -> None:
-    """Run ``kernel(*args, g0, g1, *tail)`` on slices of the pairs, one per thread (torch.get_num_threads())."""
+    """Run ``kernel(*args, g0, g1, *tail)`` over slices of the pairs on up to torch.get_num_threads() threads.
+
+    The calling thread works too and helpers take slices from a shared iterator, so a helper that the OS schedules
+    late (a busy machine) finds no work left instead of holding up the level.
+    """
     global _POOL, _POOL_SIZE
-    pool_size = max(1, torch.get_num_threads())
+    n_threads = max(1, torch.get_num_threads())
     # below ~1M multiply-max operations a thread hand-off costs more than it saves
-    n_threads = min(pool_size, n_pairs, max(1, (n_pairs * n_docs * n**3) // (1 << 20)))
+    n_threads = min(n_threads, n_pairs, max(1, (n_pairs * n_docs * n**3) // (1 << 20)))
     if n_threads == 1:
         kernel(*args, 0, n_pairs, *tail)
         return
-    if _POOL is None or _POOL_SIZE != pool_size:
+    if _POOL is None or _POOL_SIZE < n_threads - 1:
         if _POOL is not None:
-            _POOL.shutdown(wait=True)
-        _POOL = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="kg-grounding")
-        _POOL_SIZE = pool_size
-    # 4 slices per thread: a thread that the OS schedules late does not hold up the whole level
+            _POOL.shutdown(wait=False)
+        _POOL = ThreadPoolExecutor(max_workers=n_threads - 1, thread_name_prefix="kg-grounding")
+        _POOL_SIZE = n_threads - 1
     n_slices = min(n_pairs, 4 * n_threads)
-    bounds = np.linspace(0, n_pairs, n_slices + 1).astype(np.int64)
-    futures = [_POOL.submit(kernel, *args, int(a), int(b), *tail) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    for fut in futures:
-        fut.result()
+    bounds = np.linspace(0, n_pairs, n_slices + 1).astype(np.int64).tolist()
+    todo = iter(range(n_slices))  # next() on a range iterator is atomic under the GIL
+    lock = threading.Lock()
+    left = [n_slices]
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for s in todo:
+            try:
+                kernel(*args, bounds[s], bounds[s + 1], *tail)
+            except BaseException as err:  # re-raised in the calling thread
+                errors.append(err)
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    for _ in range(n_threads - 1):
+        _POOL.submit(work)
+    work()
+    done.wait()
+    if errors:
+        raise errors[0]
 
 
 def _as_index(x: np.ndarray) -> np.ndarray:
@@ -248,9 +274,9 @@ def _maxprod_torch(
         p = torch.as_tensor(parents[g0 : g0 + chunk], device=dev)
         t = torch.as_tensor(tokens[g0 : g0 + chunk], device=dev)
         o_idx = torch.as_tensor(out_index[g0 : g0 + chunk], device=dev)
-        A = S[:, p]
+        A = S.index_select(1, p)  # index_select/index_copy_: advanced indexing spawns threads per tiny op
         A = A.masked_fill(A <= eps, 0)
-        Bm = V[:, t]
+        Bm = V.index_select(1, t)
         best = torch.zeros(n_docs, len(p), n_rows, n_cols, dtype=out.dtype, device=dev)
         best_k = torch.zeros(best.shape, dtype=torch.int32, device=dev) if arg is not None else None
         for k in range(n_inner):
@@ -261,9 +287,9 @@ def _maxprod_torch(
                 better = prod > best
                 best = torch.where(better, prod, best)
                 best_k.masked_fill_(better, k)
-        out[:, o_idx] = best
-        if arg is not None:
-            arg[:, o_idx] = best_k
+        out.index_copy_(1, o_idx, best)
+        if best_k is not None:
+            arg.index_copy_(1, o_idx, best_k)
 
 
 def sumprod_pairs(
@@ -284,4 +310,4 @@ def sumprod_pairs(
         p = torch.as_tensor(parents[g0 : g0 + chunk], device=dev)
         t = torch.as_tensor(tokens[g0 : g0 + chunk], device=dev)
         o_idx = torch.as_tensor(out_index[g0 : g0 + chunk], device=dev)
-        out[:, o_idx] = torch.matmul(S[:, p], V[:, t])
+        out.index_copy_(1, o_idx, torch.matmul(S.index_select(1, p), V.index_select(1, t)))

@@ -29,7 +29,8 @@ class BodyPlan:
         parents: ``parents[k]`` (n_k,) parent node of each level-(k+2) node (for level 2: a token id).
         tokens: ``tokens[k]`` (n_k,) token applied by each level-(k+2) node.
         body_level: (J,) length of each body's (canonical) token sequence, 0..L.
-        prefix_nodes: (J, L) node id of the body's prefix of length k+1 at level k+1, -1 beyond ``body_level``.
+        prefix_nodes: (J, L) node id of the body's prefix of length k+1 at level k+1, -1 beyond ``body_level``
+            (level-1 node id = token id; level ≥ 2 ids index ``parents[k-1]``/``tokens[k-1]``).
     """
 
     bodies: torch.Tensor
@@ -49,11 +50,6 @@ class BodyPlan:
     def n_products(self) -> int:
         """Number of N×N semiring matrix products the plan needs (one per node at levels ≥ 2)."""
         return int(sum(len(p) for p in self.parents))
-
-    def body_node(self, j: np.ndarray | int) -> np.ndarray:
-        """Node id (at level ``body_level[j]``) holding body j's result."""
-        lv = np.asarray(self.body_level[j])
-        return np.where(lv > 0, self.prefix_nodes[j, np.maximum(lv - 1, 0)], -1)
 
 
 def build_plan(bodies: torch.Tensor, stay_id: int, canonical: bool = True) -> BodyPlan:

@@ -44,7 +44,9 @@ def logire_path_scores(transitions: torch.Tensor, chains: torch.Tensor, chunk_si
             dim=2,
         ).values  # [B, N, N, chunk]
         for i in range(2, length):
-            scores = torch.max(scores.unsqueeze(-2) + transitions.index_select(-1, ch[:, i]).unsqueeze(-4), dim=2).values
+            scores = torch.max(
+                scores.unsqueeze(-2) + transitions.index_select(-1, ch[:, i]).unsqueeze(-4), dim=2
+            ).values
         parts.append(scores)
     if not parts:
         b, n = transitions.shape[:2]

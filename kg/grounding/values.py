@@ -7,7 +7,9 @@ from collections.abc import Sequence
 import torch
 
 
-def with_inverse_and_stay(rel_values: torch.Tensor, n_entities: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+def with_inverse_and_stay(
+    rel_values: torch.Tensor, n_entities: Sequence[int] | torch.Tensor | None = None
+) -> torch.Tensor:
     """Stack relations, inverses and the stay channel.
 
     Args:

@@ -47,7 +47,7 @@ def brute_force(values: torch.Tensor, bodies: torch.Tensor, semiring: str) -> to
 
 @st.composite
 def grounding_case(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Random small graphs: B ≤ 3 docs, N ≤ 5 entities (some docs padded), R ≤ 3, bodies L ≤ 3 with random stays."""
+    """Random small graphs: B ≤ 3 docs, N ≤ 5 entities (some padded), R ≤ 3, bodies L ≤ 3 with random stays."""
     n_docs = draw(st.integers(1, 3))
     n = draw(st.integers(1, 5))
     n_rel = draw(st.integers(1, 3))
@@ -141,7 +141,8 @@ def test_matches_logire_max_plus_reference() -> None:
     bodies[:5, 1:] = 10
     ref = logire_path_scores(to_log_transitions(values), bodies, chunk_size=7).exp().permute(0, 3, 1, 2)
     assert torch.allclose(path_scores(values, bodies), ref, atol=1e-6)
-    assert torch.allclose(logire_path_scores(to_log_transitions(values), bodies), logire_path_scores(to_log_transitions(values), bodies, 3))
+    log_values = to_log_transitions(values)
+    assert torch.allclose(logire_path_scores(log_values, bodies), logire_path_scores(log_values, bodies, 3))
 
 
 def test_sum_product_is_a_chain_of_matmuls() -> None:
@@ -212,6 +213,26 @@ def test_best_paths_consistent_with_scores(backend: str) -> None:
     new = with_inverse_and_stay(torch.rand(3, 6, 6, 3, generator=gen), [6, 4, 5])
     s3, _ = path_values(new, bodies, doc, res.entities)
     assert bool((s3 <= path_scores(new, bodies)[doc, :, head, tail] + 1e-7).all())
+
+
+@given(case=grounding_case(), scale_stay=st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_best_paths_product_equals_score(case: tuple[torch.Tensor, torch.Tensor, int], scale_stay: bool) -> None:
+    values, bodies, stay = case
+    if scale_stay:
+        values = values.clone()
+        values[..., stay] *= 0.5
+    n_docs, n = values.shape[:2]
+    doc, head, tail = torch.meshgrid(torch.arange(n_docs), torch.arange(n), torch.arange(n), indexing="ij")
+    doc, head, tail = doc.flatten(), head.flatten(), tail.flatten()
+    res = best_paths(values, bodies, doc, head, tail, stay_id=stay)
+    expected = path_scores(values, bodies, stay_id=stay)[doc, :, head, tail]
+    assert torch.equal(res.scores, expected)
+    assert torch.allclose(res.scores, res.edge_values.prod(dim=-1), atol=1e-12)
+    assert torch.equal(res.entities[..., 0], head[:, None].expand_as(res.entities[..., 0]))
+    assert torch.equal(res.entities[..., -1], tail[:, None].expand_as(res.entities[..., 0]))
+    stays = (bodies == stay)[None].expand(len(doc), *bodies.shape) & (res.scores > 0)[..., None]
+    assert torch.equal(res.entities[..., :-1][stays], res.entities[..., 1:][stays])
 
 
 def test_best_paths_non_identity_stay_and_broadcast_queries() -> None:

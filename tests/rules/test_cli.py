@@ -44,6 +44,9 @@ def test_list_text(run_dir: Path) -> None:
     assert top.count("<-") == 1 and "parent_of <- ~child_of" in top
     client = invoke("list", run_dir, "--client", "1").output
     assert "client 1 posterior" in client and "child_of[" not in client
+    assert invoke("list", run_dir, "--client", "1", "--head", "child_of").output == (
+        "no rules of head child_of with a posterior of client 1\n"
+    )
 
 
 def test_list_tsv_and_json(run_dir: Path) -> None:
@@ -94,10 +97,13 @@ def test_export_without_counts(tmp_path: Path) -> None:
 
 
 def test_diff(run_dir: Path) -> None:
-    out = invoke("diff", run_dir, "--client", "0", "--client", "1", "--top", "2").output
+    out = invoke("diff", run_dir, "--client", "0", "--client", "1", "--top", "2", "--by", "triple").output
     assert "parent_of[person->person]" in out and "p_A 0.8000  p_B 0.1000  parent_of <- ~child_of" in out
     data = json.loads(invoke("diff", run_dir, "--client", "0", "--client", "1", "--format", "json").output)
-    assert data["triples"][0]["total_variation"] == pytest.approx(0.7)
+    assert data["by"] == "head" and data["rows"][0]["name"] == "parent_of"
+    assert data["rows"][0]["total_variation"] == pytest.approx(0.7)
+    out = invoke("diff", run_dir, "--client", "0", "--client", "1", "--head", "child_of", "--by", "triple").output
+    assert "share no triple (try --by head)" in out
     res = invoke("diff", run_dir, "--client", "0", ok=False)
     assert res.exit_code == 2 and "exactly twice" in res.output
     res = invoke("diff", run_dir, "--client", "0", "--client", "8", ok=False)

@@ -269,3 +269,24 @@ def test_train_generator_deterministic_leaves_global_rng_and_checks_chains() -> 
     malformed = (torch.tensor([[0, 0, 1]]), torch.tensor([[PAD, 1, PAD]]), torch.tensor([1.0]))
     with pytest.raises(ValueError, match="malformed"):
         train_generator(m, malformed, 1, 4, 1e-3, 8, torch.Generator())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decode_step_equals_full_decoder(norm_first: bool) -> None:
+    m = model(8)
+    if norm_first:
+        for layer in m.transformer.decoder.layers:
+            layer.norm_first = True
+    bodies = all_bodies()[::7]
+    rows = torch.arange(len(bodies)) % len(TRIPLES)
+    with torch.no_grad():
+        memory = m.encode(TRIPLES)
+        cache = m.init_cache(memory)
+        parent = None
+        for k in range(L):
+            logits, cache = m.decode_step(cache, parent, rows, bodies[:, k - 1] if k else None)
+            ref = m.decode(memory[rows], bodies[:, :k])[:, -1]
+            assert torch.allclose(logits, ref, atol=1e-5)
+            parent = torch.arange(len(bodies))
+    with pytest.raises(RuntimeError, match="eval"):
+        m.train().decode_step(m.init_cache(memory), None, rows, None)

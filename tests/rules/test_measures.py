@@ -190,6 +190,20 @@ def test_document_duck_typing() -> None:
         count_bodies(0, [[0, 4, 4]], [GraphDoc(np.array([[0, 0, 1]]), 2, None, "DW_1")], 2, pair_types=(0, 0))
 
 
+def test_kg_documents_and_vocab() -> None:
+    """kg.documents.Document works as a document and kg.documents.Vocab as the relation names."""
+    from kg.documents import Document, Vocab
+
+    from rules.fol import RelationVocab
+    from rules.store import RuleStore
+
+    doc = Document("DW_1", ["ann", "bob"], np.array([0, 0]), np.array([[0, 0, 1], [1, 1, 0]]))
+    m = confidence(Rule(0, (3,)), [doc], 2, pair_types=(0, 0))
+    assert (m["support"], m["body_size"], m["head_size"]) == (1, 1, 1)
+    names = Vocab(("parent_of", "child_of"), kind="relation")
+    assert RelationVocab(names).names == RuleStore(names).relations == ("parent_of", "child_of")
+
+
 def test_token_range_errors() -> None:
     doc = (np.array([[0, 0, 1]]), 2)
     with pytest.raises(ValueError, match="head ids"):

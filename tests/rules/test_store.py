@@ -169,16 +169,41 @@ def test_rows_queries(small_store: RuleStore) -> None:
     assert json.dumps([r.to_json() for r in rows])
 
 
-def test_diff(small_store: RuleStore) -> None:
-    (d,) = small_store.diff("0", 1)
+def test_diff_by_triple(small_store: RuleStore) -> None:
+    (d,) = small_store.diff("0", 1, by="triple")
     p, q = np.array([0.8, 0.15, 0.05]), np.array([0.1, 0.6, 0.3])
-    assert d.triple == (0, 0, 0)
+    assert d.triple == (0, 0, 0) and d.name == "parent_of[person->person]"
     assert d.total_variation == pytest.approx(0.5 * np.abs(p - q).sum())
     assert d.kl_ab == pytest.approx(float(np.sum(p * np.log(p / q))), rel=1e-6)
     assert d.kl_ba == pytest.approx(float(np.sum(q * np.log(q / p))), rel=1e-6)
     assert d.top[0] == ("parent_of <- ~child_of", 0.8, 0.1)
+    (h,) = small_store.diff("0", 1)  # by head: each client has one parent_of triple, so the same numbers
+    assert h.triple is None and h.name == "parent_of" and h.total_variation == pytest.approx(d.total_variation)
     with pytest.raises(KeyError, match="client '5' not in the store"):
         small_store.diff(0, 5)
+    with pytest.raises(ValueError, match="by must be"):
+        small_store.diff(0, 1, by="pair")
+
+
+def test_diff_by_head_merges_type_combinations() -> None:
+    """Clients owning different type combinations share no triple but are compared per head relation."""
+    S = 8
+    store = RuleStore(RELATIONS, TYPES)
+    store.add_triple((3, 0, 0), [[0, S, S], [1, S, S]], [0.5, 0.5])
+    store.add_triple((3, 1, 1), [[S, 1, S], [2, S, S]], [0.5, 0.5])  # (stay, child_of) is child_of
+    store.add_triple((3, 0, 1), [[1, S, S], [2, S, S]], [0.5, 0.5])
+    store.record_client((3, 0, 0), "a", [0.7, 0.3], n_instances=3)
+    store.record_client((3, 1, 1), "a", [0.5, 0.5], n_instances=1)
+    store.record_client((3, 0, 1), "b", [0.4, 0.6], n_instances=5)
+    assert store.diff("a", "b", by="triple") == []
+    da = store.head_distribution("a", 3)
+    assert da == pytest.approx({(0,): 0.525, (1,): 0.35, (2,): 0.125})
+    (d,) = store.diff("a", "b", top=2)
+    p, q = np.array([0.525, 0.35, 0.125]), np.array([0.0, 0.4, 0.6])
+    assert d.total_variation == pytest.approx(0.5 * np.abs(p - q).sum())
+    assert d.kl_ab == pytest.approx(kl_divergence(p, q))
+    assert [r for r, _, _ in d.top] == ["lives_in <- parent_of", "lives_in <- spouse_of"]
+    assert store.head_distribution("b", 0) is None
 
 
 def test_divergences() -> None:

@@ -38,7 +38,8 @@ def build_fednsl(config: RunConfig) -> Federation:
         clients[cdocs.cid] = FedNSLClient(
             cdocs.cid, part, data.values, len(data.corpus.relations), opts, golden_rules=data.golden,
             path_score=cfg.path_score, fast_after=cfg.fast_after, max_body_len=cfg.max_body_len,
-            mining_edges=cfg.mining_edges, mining_threshold=cfg.mining_threshold, min_instances=cfg.min_instances)
+            mining_edges=cfg.mining_edges, mining_threshold=cfg.mining_threshold, min_instances=cfg.min_instances,
+            num_threads=cfg.num_threads)
     meta = {"corpus": data.corpus.name, "backbone": cfg.backbone.get("name"),
             "kl_weight": cfg.kl_weight, "golden_kind": data.golden_kind}
     strategy = FedNSLStrategy(cfg, data.corpus.relations.names, data.corpus.entity_types.names, config.seed,

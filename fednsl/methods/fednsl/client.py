@@ -23,6 +23,7 @@ import torch
 
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client
+from fednsl.methods.fednsl.config import torch_threads
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
 from fednsl.methods.fednsl.scorer import (
@@ -107,7 +108,8 @@ class FedNSLClient(Client):
     def __init__(self, cid: str, partition: ClientPartition, values: Mapping[str, np.ndarray], num_relations: int,
                  options: ScorerOptions, *, golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
                  path_score: str = "graph", fast_after: int = 3, max_body_len: int = 3,
-                 mining_edges: str = "backbone", mining_threshold: float = 0.5, min_instances: int = 1):
+                 mining_edges: str = "backbone", mining_threshold: float = 0.5, min_instances: int = 1,
+                 num_threads: int = 1):
         self.cid = cid
         self.partition = partition
         self.R = num_relations
@@ -117,6 +119,7 @@ class FedNSLClient(Client):
         self.mining_edges = mining_edges
         self.mining_threshold = mining_threshold
         self.min_instances = min_instances
+        self.num_threads = num_threads
         self.values = {d.doc_id: values[d.doc_id] for d in partition.documents}
         train_facts = {(d.entity_names[h], int(r), d.entity_names[t])
                        for d in partition.seen_train for h, r, t in d.facts.tolist()
@@ -156,6 +159,10 @@ class FedNSLClient(Client):
             out.append(_MiningDoc(d.doc_id, np.unique(keep.reshape(-1, 3), axis=0) if keep.size else keep.reshape(0, 3),
                                   d.entity_types))
         return out, extra
+
+    def handle(self, message: Message) -> Message:
+        with torch_threads(self.num_threads):
+            return super().handle(message)
 
     def train_stats(self, msg: Message) -> Message:
         t0 = time.perf_counter()

@@ -9,6 +9,8 @@ scorer's full-batch Adam are scaled to CPU runs (see docs/readme/fednsl.md).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,23 @@ from fednsl.config import REPO_ROOT
 from fednsl.methods.fednsl.scorer import ScorerOptions
 from fednsl.registry import build_kwargs
 
-__all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path"]
+__all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path", "torch_threads"]
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` torch intra-op threads (0: unchanged), restoring the previous setting."""
+    import torch
+
+    if n <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 _CHOICES = {
     "kl_direction": ("reverse", "forward"),
@@ -59,8 +77,8 @@ class FedNSLConfig:
     kl_weight: float = 0.1            # λ (Eq. 2)
     kl_direction: str = "reverse"     # KL(q‖p) (reverse) or KL(p‖q) (forward); spec §8.3
     prior_source: str = "counts"      # p_θ over the J bodies: n_j/N or renormalised T_θ
-    count_correction: bool = True     # LogiRE's /n_j in H and ·n_j in q (spec §8.1)
-    posterior_instances: str = "all"  # instances averaged into q_t: all labelled cells (LogiRE) or positives
+    count_correction: bool = False    # LogiRE's /n_j in H and ·n_j in q (spec §8.1); off: q ∝ T_θ·exp(½yw φ)
+    posterior_instances: str = "positive"  # instances averaged into q_t: positives, or all cells (LogiRE)
     pass_through: bool = True         # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
     scorer_steps: int = 150
     scorer_lr: float = 0.05
@@ -74,6 +92,8 @@ class FedNSLConfig:
     mining_threshold: float = 0.5     # backbone value above which a non-combo pair counts as an edge
     top_k: int = 5                    # planted / golden rule recall in the top-k bodies per triple
     min_instances: int = 1            # a triple is fitted locally when it has at least this many instances
+    num_threads: int = 1              # torch threads for FedNSL's own work (0 = torch default); small models
+                                      # run much faster single-threaded, above all on busy machines
     generator: dict[str, Any] = field(default_factory=dict)
     backbone: dict[str, Any] = field(default_factory=lambda: {"name": "federated-features"})
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
+from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path, torch_threads
 from kg.backbones import ClientDocs, build_backbone
 from kg.documents import Corpus, DataError
 from kg.split import ClientPartition, NerGroupSplit, eligible_documents, split_clients
@@ -122,12 +122,13 @@ def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNS
     backbone = build_backbone(name, opts, "method_kwargs.backbone")
     if name == "logire-dump" and "path" in opts:
         backbone.options.path = str(resolve_data_path(str(opts["path"])))  # type: ignore[attr-defined]
-    summary = backbone.prepare(cdocs, corpus.relations, corpus.entity_types, seed, corpus.documents)
-    t2 = time.perf_counter()
-    values: dict[str, np.ndarray] = {}
-    for c in cdocs:
-        for d in c.documents:
-            values[d.doc_id] = backbone.values(c, d)
+    with torch_threads(method.num_threads):
+        summary = backbone.prepare(cdocs, corpus.relations, corpus.entity_types, seed, corpus.documents)
+        t2 = time.perf_counter()
+        values: dict[str, np.ndarray] = {}
+        for c in cdocs:
+            for d in c.documents:
+                values[d.doc_id] = backbone.values(c, d)
     t3 = time.perf_counter()
     gold, kind = golden_rules(corpus, data)
     return FedNSLData(corpus, parts, cdocs, values, gold, kind, summary,

@@ -103,9 +103,9 @@ class ScorerOptions:
     kl_weight: float = 0.1
     kl_direction: KLDirection = "reverse"
     prior_source: PriorSource = "counts"
-    count_correction: bool = True
+    count_correction: bool = False
     pass_through: bool = True
-    posterior_instances: Literal["all", "positive"] = "all"
+    posterior_instances: Literal["all", "positive"] = "positive"
     steps: int = 150
     lr: float = 0.05
     weight_decay: float = 0.0

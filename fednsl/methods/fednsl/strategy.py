@@ -33,7 +33,7 @@ import torch
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.fednsl.client import rules_to_arrays
-from fednsl.methods.fednsl.config import FedNSLConfig
+from fednsl.methods.fednsl.config import FedNSLConfig, torch_threads
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
 from fednsl.methods.fednsl.messages import EVAL_SCHEMA, LOGIC_ARRAYS, STATS_SCHEMA, TRAIN_SCHEMA
 from fednsl.methods.fednsl.posterior import normalise_rows
@@ -162,17 +162,20 @@ class FedNSLStrategy(Strategy):
         if epochs <= 0 or self.pool.num_chains == 0:
             return []
         g = self.cfg.gen
-        losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
-                                 samples_per_epoch=g.samples_per_epoch,
-                                 generator=torch.Generator().manual_seed(_seed(self.seed, rnd, purpose)),
-                                 uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
+        with torch_threads(self.cfg.num_threads):
+            losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
+                                     samples_per_epoch=g.samples_per_epoch,
+                                     generator=torch.Generator().manual_seed(_seed(self.seed, rnd, purpose)),
+                                     uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
         self.last_gen_loss = losses[-1] if losses else None
         return losses
 
     # -- training round --------------------------------------------------------------------------------------
     def _sample(self, rnd: int) -> RuleSet:
         gen = torch.Generator().manual_seed(_seed(self.seed, rnd, "sample"))
-        s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen, constraints=self.constraints)
+        with torch_threads(self.cfg.num_threads):
+            s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen,
+                             constraints=self.constraints)
         lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
         return RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
 

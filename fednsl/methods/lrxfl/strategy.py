@@ -58,7 +58,7 @@ def beam_search(candidates: Sequence[tuple[bytes, np.ndarray, float]], connector
     for _ in range(len(candidates)):
         nxt = []
         for _, seq in beam:
-            for i, (_, table, _) in enumerate(candidates):
+            for i in range(len(candidates)):
                 if i in seq:
                     continue
                 new = seq + [i]

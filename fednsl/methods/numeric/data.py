@@ -112,15 +112,6 @@ class NumericClientData:
     unseen_class: int
     unseen: dict[str, tuple[np.ndarray, np.ndarray]]  # level name → (x (m, D) float32, y (m,) int64)
 
-    # the fedavg reference client evaluates on (x_test, y_test): the homogeneous unseen test set
-    @property
-    def x_test(self) -> np.ndarray:
-        return next(iter(self.unseen.values()))[0]
-
-    @property
-    def y_test(self) -> np.ndarray:
-        return next(iter(self.unseen.values()))[1]
-
 
 def sample_class(rng: np.random.Generator, cfg: NumericDataConfig, k: int, n: int, shift=None) -> np.ndarray:
     """``n`` draws from class ``k``'s Gaussian (mean moved by ``shift``), float64 (n, D)."""

@@ -43,7 +43,7 @@ def test_client_composition_follows_appendix_a5():
         assert np.array_equal(d.y_train[~noisy], d.y_true[~noisy])       # seen classes keep their labels
         assert set(np.unique(d.y_train[noisy])) <= {0, 1, 2}               # relabelled uniformly in {0,1,2}
         assert 25 < (d.y_train[noisy] == unseen).sum() < 75                # ≈ 1/3 keep the true label
-        for name, (x, y) in d.unseen.items():
+        for _, y in d.unseen.values():
             assert len(y) == 50 and np.all(y == unseen)
     # the shared class-1 points are the same points on both clients
     c1_pts = parts["c1"].x_train[parts["c1"].y_true == 1]
