@@ -4,7 +4,8 @@ Reference, run side by side: ``kg.grounding.reference.logire_path_scores`` — L
 transitions, per body step a [B, N, N, N, chunk] broadcast and a max over the intermediate entity), with the
 bodies split into chunks of at most 2^25 broadcast elements so that N = 60 × 2000 bodies fits in memory (LogiRE
 itself runs all bodies in one broadcast). Ours: ``kg.grounding.path_scores`` (prefix trie + numba max-product
-kernel; also timed with ``backend="torch"``, the fallback used without numba). Both get the same values; the reference gets them already in log space (its native input, not timed).
+kernel; also timed with ``backend="torch"``, the fallback used without numba). Both get the same values; the
+reference gets them already in log space (its native input, not timed).
 
 Settings: B = 4 real DWIE documents with close to N = 30 / 60 entities (padded to N), R = 65 (C = 131 tokens),
 J = 500 / 2000 bodies of length ≤ 3, either
@@ -132,7 +133,9 @@ def mine_bodies(docs: list[Doc]) -> dict[tuple[int, int, int], Counter]:
     return table
 
 
-def generator_like_bodies(table: dict[tuple[int, int, int], Counter], n_bodies: int, rng: np.random.Generator) -> torch.Tensor:
+def generator_like_bodies(
+    table: dict[tuple[int, int, int], Counter], n_bodies: int, rng: np.random.Generator
+) -> torch.Tensor:
     """Ns = 50 draws per triple from 0.9·(its mined body frequencies) + 0.1·uniform(all mined bodies), unique
     per triple, concatenated over triples in random order until ``n_bodies``."""
     triples = sorted(table)
@@ -196,7 +199,8 @@ def measure_memory(case_file: str, impl: str) -> float:
     case = torch.load(case_file)
     values, bodies = case["values"], case["bodies"]
     log_values = to_log_transitions(values)
-    fn: Callable[[], torch.Tensor] = (lambda: run_ours(values, bodies)) if impl == "ours" else (lambda: run_ref(log_values, bodies))
+    fn: Callable[[], torch.Tensor]
+    fn = (lambda: run_ours(values, bodies)) if impl == "ours" else (lambda: run_ref(log_values, bodies))
     # compile/warm the kernels on a tiny case so that JIT memory is not counted
     path_scores(values[:1, :3, :3], bodies[:2])
     logire_path_scores(log_values[:1, :3, :3], bodies[:2])
@@ -222,11 +226,14 @@ def timed(fn: Callable[[], torch.Tensor], repeats: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls of ours per reference call (3 reference calls per setting)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed calls of ours per reference call (3 reference calls per setting)"
+    )
     parser.add_argument("--quick", action="store_true", help="N = 30 only, 2 repeats (smoke run)")
     parser.add_argument("--seed", type=int, default=0, help="seed for values and bodies")
     parser.add_argument(
-        "--bodies-file", help="torch-saved int64 (J', 3) generator samples to use instead of the mined generator-like bodies"
+        "--bodies-file",
+        help="torch-saved int64 (J', 3) generator samples to use instead of the mined generator-like bodies",
     )
     parser.add_argument("--memory-case", help=argparse.SUPPRESS)
     parser.add_argument("--memory-impl", help=argparse.SUPPRESS)
@@ -248,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     sampled = None
     if args.bodies_file:
         sampled = torch.load(args.bodies_file)
-        if not isinstance(sampled, torch.Tensor) or sampled.dtype != torch.int64 or sampled.dim() != 2 or sampled.shape[0] < 2000:
+        ok = isinstance(sampled, torch.Tensor) and sampled.dtype == torch.int64 and sampled.dim() == 2
+        if not ok or sampled.shape[0] < 2000:
             sys.exit(f"{args.bodies_file}: expected an int64 tensor of shape (J' >= 2000, L)")
     gen_kind = "generator-samples" if sampled is not None else "generator-like"
     sizes = (30,) if args.quick else (30, 60)
@@ -294,7 +302,9 @@ def main(argv: list[str] | None = None) -> None:
                     "bodies": kind,
                     "n_bodies": n_bodies,
                     "distinct_bodies": int(torch.unique(bodies, dim=0).shape[0]),
-                    "body_length_counts": {str(k): int(v) for k, v in sorted(Counter(plan.body_level.tolist()).items())},
+                    "body_length_counts": {
+                        str(k): int(v) for k, v in sorted(Counter(plan.body_level.tolist()).items())
+                    },
                     "ours_products": plan.n_products,
                     "ref_products": n_bodies * (MAX_LEN - 1),
                     "ref_chunk": ref_chunk(n),
@@ -313,9 +323,11 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 rows.append(row)
                 print(
-                    f"N={n:3d} J={n_bodies:5d} {kind:15s} ours {row['ours_ms_min']:8.1f} ms  ref {row['ref_ms_min']:9.1f} ms  "
+                    f"N={n:3d} J={n_bodies:5d} {kind:15s} ours {row['ours_ms_min']:8.1f} ms  "
+                    f"ref {row['ref_ms_min']:9.1f} ms  "
                     f"ratio {row['ratio_min']:6.1f}x (median {row['ratio_median']:6.1f}x)  |d|={diff:.1e}  "
-                    f"peak MB ours {mem['ours']:7.1f} ref {mem['ref']:7.1f}  (products {plan.n_products} vs {row['ref_products']})",
+                    f"peak MB ours {mem['ours']:7.1f} ref {mem['ref']:7.1f}  "
+                    f"(products {plan.n_products} vs {row['ref_products']})",
                     flush=True,
                 )
     tmp.cleanup()
@@ -332,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
             "n_docs": N_DOCS,
             "n_relations": N_REL,
             "max_body_length": MAX_LEN,
-            "values": "sigmoid(N(-4,2)) off gold edges, sigmoid(N(2,2)) on gold edges; inverse = transpose; stay = identity",
+            "values": "sigmoid(N(-4,2)) off gold edges, sigmoid(N(2,2)) on gold edges; "
+            "inverse = transpose; stay = identity",
             "reference": "LogiRE PathScorer max-plus in log space, bodies chunked to <= 2^25 broadcast elements",
             "target": "ratio >= 30 on generator-like bodies, max_abs_diff <= 1e-4",
             "settings": rows,

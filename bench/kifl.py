@@ -37,6 +37,12 @@ FLAGS = {"ML": (False, False), "MLwKM": (True, False), "FL": (False, True), "FLw
 FRACTIONS = {"fashion_mnist": (0.01, 0.05, 0.1, 0.3), "covtype": (0.01, 0.05, 0.1, 0.3),
              "digits": (0.05, 0.1, 0.3, 0.5)}
 LAMBDAS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+#: Table 3 settings: R-KM (honest decision rules / the paper's label-reading lookup) × evaluation of the federated
+#: rows (Alg. 1's θ / FedMech.jl's: each client's model after its local epochs from the last θ, "finetune")
+VARIANTS = {"rules": (), "rules+ft": ("finetune",), "paper+ft": ("lookup", "finetune")}
+VARIANT_LABELS = {"rules": "honest rule R-KM, federated rows evaluated at Alg. 1's θ",
+                  "rules+ft": "honest rule R-KM, federated rows evaluated after E local epochs from θ (FedMech.jl)",
+                  "paper+ft": "paper's lookup R-KM (reads test labels), FedMech.jl evaluation"}
 QUICK = {"rounds": 3, "max_samples": 600, "local_epochs": 2}
 
 
@@ -135,19 +141,21 @@ def bench_dataset(name: str, seeds: Sequence[int], quick: bool, path: str | None
             base += ["method_kwargs.knowledge.all.prediction.epochs=1"]
     cfg0 = _config(name, base)
     ds = load_dataset(cfg0.data["name"], cfg0.data.get("path"))
-    paper_range = "method_kwargs.knowledge.all.range={fit: paper_lookup, extra_classes: %d}" % (
-        2 if ds.image_shape is not None and name == "fashion_mnist" else 1)
+    paper_range = ["method_kwargs.knowledge.all.range={fit: paper_lookup, extra_classes: %d}" % (
+        2 if name == "fashion_mnist" else 1)]
     runs: dict[str, dict[int, Any]] = {}
     extra: dict[str, Any] = {"reference": []}
     for seed in seeds:
         cache: dict = {}
         t_seed = time.perf_counter()
         if "table" in studies:
-            for variant, rk in (("rules", []), ("paper", [paper_range])):
+            for variant, rk in VARIANTS.items():
                 for appr, (km, fed) in FLAGS.items():
                     key = f"{appr}|{variant}"
-                    ov = [*base, *rk, f"method_kwargs.with_km={str(km).lower()}",
+                    ov = [*base, *(paper_range if "lookup" in rk else []), f"method_kwargs.with_km={str(km).lower()}",
                           f"method_kwargs.federated={str(fed).lower()}"]
+                    if "finetune" in rk and fed:
+                        ov.append(f"method_kwargs.finetune_epochs={cfg0.method_kwargs['local_epochs']}")
                     r = run_once(ds, name, seed, ov, cache, work)
                     runs.setdefault(key, {})[seed] = r
                     runs.setdefault(f"P-KM|{variant}", {})[seed] = {"clients": r["pkm"], "knowledge": r["knowledge"]}
@@ -195,7 +203,7 @@ def markdown(results: dict[str, Any]) -> str:
         sm = res["summary"]
         clients = [c for c in next(iter(sm.values())) if c != "mean"]
         lines += [f"### {name} ({res['source']}), seeds {res['seeds']}{' (quick)' if res['quick'] else ''}", ""]
-        for variant, label in (("rules", "honest rule R-KM"), ("paper", "paper's lookup R-KM (reads test labels)")):
+        for variant, label in VARIANT_LABELS.items():
             if f"FLwKM|{variant}" not in sm:
                 continue
             lines += [f"TA / POV (%), {label}; paper's Table 3 in brackets", "",

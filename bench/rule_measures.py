@@ -59,7 +59,9 @@ def reference_counts(heads: np.ndarray, bodies: np.ndarray, docs: list, R: int) 
                 B = B @ mat(int(tok))
             H = mat(int(heads[j]))
             has = sp.diags(H.getnnz(axis=1) > 0, dtype=bool)
-            out[:, j] += [B.multiply(H).count_nonzero(), B.count_nonzero(), (has @ B).count_nonzero(), H.count_nonzero()]
+            out[:, j] += [
+                B.multiply(H).count_nonzero(), B.count_nonzero(), (has @ B).count_nonzero(), H.count_nonzero()
+            ]
     return out
 
 
@@ -149,7 +151,8 @@ def main() -> None:
 
     payload = {
         "command": f"python -m bench.rule_measures --bodies {args.bodies} --repeats {args.repeats}",
-        "data": f"DWIE docred-style dev+test: {len(docs)} documents, mean {np.mean([d.num_entities for d in docs]):.1f} "
+        "data": f"DWIE docred-style dev+test: {len(docs)} documents, "
+        f"mean {np.mean([d.num_entities for d in docs]):.1f} "
         f"entities, {sum(len(d.facts) for d in docs)} facts, R = {R}",
         "counts": {
             "rules": J,
@@ -173,7 +176,10 @@ def main() -> None:
         },
     }
     path = write_result("rule_measures", payload)
-    print(f"counts: {J} rules x {len(docs)} docs: ours {t_ours:.3f}s, reference {t_ref:.3f}s, ratio {t_ref / t_ours:.1f}")
+    print(
+        f"counts: {J} rules x {len(docs)} docs: ours {t_ours:.3f}s, reference {t_ref:.3f}s, "
+        f"ratio {t_ref / t_ours:.1f}"
+    )
     print(
         f"logic accuracy (gold {gold_logic.value:.4f}, noisy {logic.value:.4f}): ours {t_logic:.3f}s, "
         f"LogiRE {t_logire:.3f}s, ratio {t_logire / t_logic:.1f}"

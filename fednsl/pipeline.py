@@ -22,7 +22,7 @@ from fednsl.config import RunConfig, dump_config
 from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
 from fednsl.plots import plot_run
-from fednsl.registry import Registry, load_methods
+from fednsl.registry import Registry, load_methods, normalize
 
 log = logging.getLogger("fednsl")
 
@@ -30,6 +30,20 @@ EngineFactory = Callable[..., Any]  # (federation, config, run_dir, resume=, pro
 ENGINES: Registry[EngineFactory] = Registry("engine")
 ENGINES.register("inprocess")(InProcessRunner)
 ENGINES.register("decentralised")(DecentralisedRunner)
+
+
+def get_engine(name: str) -> EngineFactory:
+    """The engine factory registered as ``name``; Flower engines ("flower", "flower-sim") load on first use.
+
+    Flower is an optional extra, so ``fednsl.engines.flower`` is imported only for names starting with "flower".
+    """
+    if normalize(name).startswith("flower") and name not in ENGINES:
+        try:
+            from fednsl.engines import flower
+        except ImportError as exc:
+            raise ValueError(f"engine {name!r} needs Flower: pip install 'fednsl[flower]' ({exc})") from exc
+        flower.register(ENGINES)
+    return ENGINES.get(name)
 
 
 def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
@@ -80,7 +94,7 @@ def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = Fa
     try:
         t0 = time.perf_counter()
         fed = federation if federation is not None else build_federation(config)
-        engine = ENGINES.get(config.engine)
+        engine = get_engine(config.engine)
         runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
         result = runner.run()
         plots = plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")

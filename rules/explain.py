@@ -96,7 +96,8 @@ class Explanation:
             return f"{entity_names[i]}#{i}" if entity_names is not None else f"e{i}"
 
         h, t = self.pair
-        lines = [f"{store.relations[self.head]}({ent(h)}, {ent(t)})" + (f"  [client {self.client}]" if self.client else "")]
+        title = f"{store.relations[self.head]}({ent(h)}, {ent(t)})"
+        lines = [title + (f"  [client {self.client}]" if self.client else "")]
         for triple, s in self.logits.items():
             lines.append(f"  {store.triple_name(triple)}: logit {s:.4g}, probability {self.probabilities[triple]:.4g}")
         lines.append("  contrib   value   weight  posterior  prior   rule / best path")
@@ -112,7 +113,9 @@ class Explanation:
             "head": self.head,
             "pair": list(self.pair),
             "client": self.client,
-            "logits": [{"triple": list(t), "logit": s, "probability": self.probabilities[t]} for t, s in self.logits.items()],
+            "logits": [
+                {"triple": list(t), "logit": s, "probability": self.probabilities[t]} for t, s in self.logits.items()
+            ],
             "items": [it.to_json() for it in self.items],
         }
 

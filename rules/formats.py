@@ -162,7 +162,9 @@ def parse_anyburl(text: str, vocab: RelationVocab, *, source: str = "<string>") 
                 out.append(ScoredRule(parse_anyburl_rule(fields[0], vocab)))
                 continue
             if len(fields) != 4:
-                raise RuleSyntaxError(f"expected 4 tab-separated fields (predicted, correct, confidence, rule), got {len(fields)}")
+                raise RuleSyntaxError(
+                    f"expected 4 tab-separated fields (predicted, correct, confidence, rule), got {len(fields)}"
+                )
             try:
                 predicted, correct, conf = int(fields[0]), int(fields[1]), float(fields[2])
             except ValueError:

@@ -138,7 +138,8 @@ def _safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 class RuleCounts:
     """Additive AMIE counts for J rules (sum them over documents or clients with ``+``).
 
-    support (J,) = #(x,y) body ∧ head; body_size (J,) = #(x,y) body; pca_body_size (J,) = #(x,y) body ∧ ∃y' head(x,y');
+    support (J,) = #(x,y) body ∧ head; body_size (J,) = #(x,y) body;
+    pca_body_size (J,) = #(x,y) body ∧ ∃y' head(x,y');
     head_size (J,) = #head facts. Ratios are NaN where their denominator is 0.
     """
 

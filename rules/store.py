@@ -396,7 +396,9 @@ class RuleStore:
         """Confidence counts of a triple's J bodies, globally or for one client."""
         rec = self._record(triple)
         if len(counts) != rec.num_bodies:
-            raise ValueError(f"{self.triple_name(rec.triple)}: counts cover {len(counts)} rules, triple has {rec.num_bodies}")
+            raise ValueError(
+                f"{self.triple_name(rec.triple)}: counts cover {len(counts)} rules, triple has {rec.num_bodies}"
+            )
         if client is None:
             rec.counts = counts
         else:
@@ -596,7 +598,14 @@ class RuleStore:
 
     @staticmethod
     def _diff(
-        name: str, head: int, triple: Triple | None, texts: list[str], p: np.ndarray, q: np.ndarray, top: int, eps: float
+        name: str,
+        head: int,
+        triple: Triple | None,
+        texts: list[str],
+        p: np.ndarray,
+        q: np.ndarray,
+        top: int,
+        eps: float,
     ) -> RuleDiff:
         order = np.argsort(-np.abs(p - q), kind="stable")[:top]
         return RuleDiff(
@@ -696,7 +705,9 @@ class RuleStore:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: str = "<json>") -> RuleStore:
         if data.get("format") != FORMAT:
-            raise ValueError(f"{source}: not a rule store (field 'format' is {data.get('format')!r}, expected {FORMAT!r})")
+            raise ValueError(
+                f"{source}: not a rule store (field 'format' is {data.get('format')!r}, expected {FORMAT!r})"
+            )
         if int(data.get("version", 0)) > VERSION:
             raise ValueError(f"{source}: rule store version {data['version']} is newer than this reader ({VERSION})")
         store = cls(
@@ -730,7 +741,9 @@ class RuleStore:
             if texts is not None:
                 mine = [store.rule_text(t, b) for b in rec.bodies]
                 if list(texts) != mine:
-                    bad = next(j for j, (x, y) in enumerate(zip(texts, mine)) if x != y) if len(texts) == len(mine) else 0
+                    if len(texts) != len(mine):
+                        raise ValueError(f"{where}: {len(texts)} rule texts for {len(mine)} bodies")
+                    bad = next(j for j, (x, y) in enumerate(zip(texts, mine)) if x != y)
                     raise ValueError(
                         f"{where}: rule text {texts[bad]!r} does not match its tokens ({mine[bad]!r}); "
                         "the relation names do not fit the body ids"

@@ -30,6 +30,10 @@ from rules.store import RuleRow, RuleStore
 
 RUN_DIR = click.Path(exists=True, file_okay=True, dir_okay=True, path_type=Path)
 RULE_FORMATS = ("golden", "anyburl", "amie", "rnnlogic", "logire")
+RULE_FORMAT = click.Choice(RULE_FORMATS)
+TEXT_OR_JSON = click.Choice(["text", "json"])
+IN_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+OUT_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 def _load(run_dir: Path) -> RuleStore:
@@ -68,7 +72,10 @@ def _rows_text(store: RuleStore, rows: list[RuleRow], client: str | None) -> str
         if r.triple != current:
             current = r.triple
             rec = store.triples[r.triple]
-            source = f"client {client} posterior" if client else ("posterior" if rec.global_posterior() is not None else "prior")
+            if client:
+                source = f"client {client} posterior"
+            else:
+                source = "posterior" if rec.global_posterior() is not None else "prior"
             lines.append(f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies, sorted by {source})")
             head = f"  {'prob':>8} {'prior':>8}"
             head += f" {'global':>8} {'weight':>8}" if client else ""
@@ -142,7 +149,7 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
     help="anyburl: 'predicted<TAB>correct<TAB>confidence<TAB>h(X,Y) <= ...' (PyClause/SAFRAN); amie: AMIE 3 TSV; "
     "json: every rule with probabilities and measures; golden: 'head <- b1, ~b2'; rnnlogic: integer ids.",
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
+@click.option("--out", type=OUT_FILE, default=None, help="Write here instead of stdout.")
 @click.option("--head", "head", default=None, help="Only rules with this head relation (name or id).")
 def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
     """Export the learned rules for other rule engines (entity types merged: counts summed over triples)."""
@@ -185,9 +192,12 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
     help="Compare per head relation (each client's triples merged, weighted by #instances) or per triple both "
     "clients hold (clients owning different entity-type combinations share no triple).",
 )
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Bodies with the largest |p_A - p_B| per row.")
+@click.option(
+    "--top", type=click.IntRange(min=1), default=3, show_default=True,
+    help="Bodies with the largest |p_A - p_B| per row.",
+)
 @click.option("--head", "head", default=None, help="Only this head relation.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=TEXT_OR_JSON, default="text", show_default=True, help="Output format.")
 def diff(run_dir: Path, clients: tuple[str, ...], by: str, top: int, head: str | None, fmt: str) -> None:
     """How two clients' rule posteriors differ: total variation, KL both ways, largest gaps."""
     if len(clients) != 2:
@@ -231,11 +241,13 @@ def _npz(path: Path) -> dict[str, Any]:
     "'entity_names' (N,) and 'entity_types' (N,).",
 )
 @click.option("--head", "head", required=True, help="Head relation (name or id).")
-@click.option("--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names).")
+@click.option(
+    "--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names)."
+)
 @click.option("--client", default=None, help="Use this client's posterior, weights and bias.")
 @click.option("--types", nargs=2, default=None, help="Head and tail entity type (name or id) selecting the triple.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the K strongest bodies.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=TEXT_OR_JSON, default="text", show_default=True, help="Output format.")
 def explain(
     run_dir: Path, values_path: Path, head: str, pair: tuple[str, str], client: str | None,
     types: tuple[str, str] | None, top: int, fmt: str,
@@ -256,7 +268,8 @@ def explain(
         if x.lstrip("-").isdigit():
             return int(x)
         if names is None or x not in names:
-            raise click.ClickException(f"entity {x!r} is not an index{'' if names is None else ' or a name in the file'}")
+            where = "" if names is None else " or a name in the file"
+            raise click.ClickException(f"entity {x!r} is not an index{where}")
         return names.index(x)
 
     try:
@@ -310,11 +323,13 @@ _RELATIONS_HELP = (
 
 @command.command("convert")
 @click.argument("rule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--relations", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True, help=_RELATIONS_HELP)
-@click.option("--from", "src", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Input format.")
-@click.option("--to", "dst", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Output format.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout.")
-@click.option("--skip-unsupported", is_flag=True, help="RNNLogic input: drop empty or longer-than-3 bodies instead of failing.")
+@click.option("--relations", type=IN_FILE, required=True, help=_RELATIONS_HELP)
+@click.option("--from", "src", type=RULE_FORMAT, default="golden", show_default=True, help="Input format.")
+@click.option("--to", "dst", type=RULE_FORMAT, default="golden", show_default=True, help="Output format.")
+@click.option("--out", type=OUT_FILE, default=None, help="Write here instead of stdout.")
+@click.option(
+    "--skip-unsupported", is_flag=True, help="RNNLogic input: drop empty or longer-than-3 bodies instead of failing."
+)
 def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | None, skip_unsupported: bool) -> None:
     """Convert a rule file between formats (errors name the line)."""
     try:
@@ -328,8 +343,8 @@ def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | No
 
 @command.command("check")
 @click.argument("rule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--relations", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True, help=_RELATIONS_HELP)
-@click.option("--from", "src", type=click.Choice(RULE_FORMATS), default="golden", show_default=True, help="Input format.")
+@click.option("--relations", type=IN_FILE, required=True, help=_RELATIONS_HELP)
+@click.option("--from", "src", type=RULE_FORMAT, default="golden", show_default=True, help="Input format.")
 def check(rule_file: Path, relations: Path, src: str) -> None:
     """Parse a rule file and report how many rules it holds, or the first error with its line number."""
     try:

@@ -31,7 +31,7 @@ from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Client, Metrics, Strategy
 from fednsl.registry import build_kwargs
 from fednsl.timeseries.baselines import NAIVE
-from fednsl.timeseries.data import ClientSeries, TSData, TSDataConfig, load_timeseries
+from fednsl.timeseries.data import PERIOD, ClientSeries, TSData, TSDataConfig, load_timeseries
 from fednsl.timeseries.models import Forecaster, ModelConfig, build_forecaster
 from fednsl.timeseries.properties import (
     LP_KINDS,
@@ -170,7 +170,7 @@ class ForecastClient(Client):
         if split not in self._reference:
             x, y = self.split(split)
             out: dict[str, float] = {}
-            for name, fn in NAIVE.items():
+            for name, fn in (NAIVE.items() if x.shape[1] >= PERIOD else ()):  # need one full day of input
                 pred = torch.from_numpy(fn(x.numpy(), y.shape[1]).astype(np.float32))
                 out.update(forecast_metrics(pred, y, self.prop, self.data.scale, prefix=f"{name}_"))
             truth = forecast_metrics(y, y, self.prop, self.data.scale, prefix="truth_")

@@ -19,7 +19,8 @@ FedSTL (An et al. 2024, §Logic-Enabled FL; spec §2.4) personalises by sharing 
   in ``ModelConfig``.
 
 Initialisation draws from an explicit ``torch.Generator`` (:func:`reset_parameters`, PyTorch's default
-distributions), so building a model never touches the global RNG.  Dropout > 0 samples from the
+distributions); the constructors' own default draws happen inside a forked RNG, so building a model
+leaves the global RNG as it was.  Dropout > 0 samples from the
 global RNG: :func:`fednsl.timeseries.training.sgd_epochs` then forks and seeds it per call.
 """
 
@@ -216,11 +217,12 @@ def build_forecaster(cfg: ModelConfig | Mapping[str, Any], input_len: int, horiz
     if not isinstance(cfg, ModelConfig):
         from fednsl.registry import build_kwargs
         cfg = build_kwargs(ModelConfig, cfg, "method_kwargs.model")
-    if cfg.name == "transformer":
-        model: Forecaster = TransformerForecaster(input_len, horizon, cfg.d_model, cfg.nhead, cfg.enc_layers,
-                                                  cfg.dec_layers, cfg.ff, cfg.dropout, cfg.shared)
-    else:
-        model = RecurrentForecaster(cfg.name, input_len, horizon, cfg.hidden, cfg.layers, cfg.dropout, cfg.shared)
+    with torch.random.fork_rng(devices=[]):  # torch's constructors draw defaults: keep the global RNG as it was
+        if cfg.name == "transformer":
+            model: Forecaster = TransformerForecaster(input_len, horizon, cfg.d_model, cfg.nhead, cfg.enc_layers,
+                                                      cfg.dec_layers, cfg.ff, cfg.dropout, cfg.shared)
+        else:
+            model = RecurrentForecaster(cfg.name, input_len, horizon, cfg.hidden, cfg.layers, cfg.dropout, cfg.shared)
     reset_parameters(model, torch.Generator().manual_seed(int(seed)))
     return model
 

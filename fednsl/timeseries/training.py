@@ -20,7 +20,7 @@ from torch import nn
 
 from fednsl.timeseries.properties import ClientProperty
 
-Objective = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Objective = Callable[..., torch.Tensor]  # (pred, y_batch, *aux_batch) -> scalar
 
 
 @contextlib.contextmanager
@@ -64,8 +64,11 @@ def sgd_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: in
                gen: torch.Generator, momentum: float = 0.0, weight_decay: float = 0.0,
                params: Sequence[nn.Parameter] | None = None, objective: Objective = mse_objective,
                regulariser: Callable[[], torch.Tensor] | None = None, max_batches: int | None = None,
-               grad_clip: float | None = None) -> float:
-    """Minibatch SGD; returns the mean objective (without the regulariser) over the steps taken."""
+               grad_clip: float | None = None, aux: Sequence[torch.Tensor] = ()) -> float:
+    """Minibatch SGD; returns the mean objective (without the regulariser) over the steps taken.
+
+    ``aux``: per-row tensors (same first dimension as ``y``) passed, batched alongside, to
+    ``objective(pred, y_batch, *aux_batch)`` — e.g. per-sample property bands."""
     params = list(model.parameters()) if params is None else list(params)
     if epochs <= 0 or not params or len(y) == 0:
         return float("nan")
@@ -86,7 +89,7 @@ def sgd_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: in
             for _ in range(epochs):
                 for idx in minibatches(len(y), batch_size, gen, max_batches):
                     opt.zero_grad(set_to_none=True)
-                    loss = objective(model(x[idx]), y[idx])
+                    loss = objective(model(x[idx]), y[idx], *(a[idx] for a in aux))
                     full = loss + regulariser() if regulariser is not None else loss
                     full.backward()
                     if grad_clip is not None:

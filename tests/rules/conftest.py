@@ -44,7 +44,9 @@ def build_store() -> RuleStore:
         round=2,
     )
     store.add_triple((1, 0, 0), [[R + 0, S, S], [1, 2, S]], [0.7, 0.3], round=2)
-    store.add_triple((3, 0, 1), [[0, 3, S], [2, 3, S], [R + 0, 3, S]], [0.2, 0.5, 0.3], log_prior=[-1.6, -0.7, -np.inf], round=2)
+    store.add_triple(
+        (3, 0, 1), [[0, 3, S], [2, 3, S], [R + 0, 3, S]], [0.2, 0.5, 0.3], log_prior=[-1.6, -0.7, -np.inf], round=2
+    )
     docs = [GraphDoc(np.array([[0, 0, 1], [1, 1, 0], [2, 2, 0], [2, 0, 1], [1, 3, 3]]), 4, np.array([0, 0, 0, 1]))]
     store.record_client((0, 0, 0), 0, [0.8, 0.15, 0.05], weights=[2.0, 0.5, -0.1], bias=-1.0, n_instances=30)
     store.record_client((0, 0, 0), 1, [0.1, 0.6, 0.3], n_instances=10)

@@ -115,10 +115,11 @@ def test_explain(run_dir: Path, tmp_path: Path) -> None:
     x[1, 0, 1] = 0.9  # child_of(1, 0): parent_of(0, 1) <- ~child_of
     npz = tmp_path / "doc.npz"
     np.savez(npz, values=x, entity_names=np.array(["ann", "bob", "cy"]), entity_types=np.array([0, 0, 0]))
-    out = invoke("explain", run_dir, "--values", npz, "--head", "parent_of", "--pair", "ann", "bob", "--client", "0").output
+    args = ("explain", run_dir, "--values", npz)
+    out = invoke(*args, "--head", "parent_of", "--pair", "ann", "bob", "--client", "0").output
     assert "parent_of(ann#0, bob#1)" in out and "ann#0 -~child_of(0.9)-> bob#1" in out and "logit" in out
     data = json.loads(
-        invoke("explain", run_dir, "--values", npz, "--head", "0", "--pair", 0, 1, "--top", 1, "--format", "json").output
+        invoke(*args, "--head", "0", "--pair", 0, 1, "--top", 1, "--format", "json").output
     )
     assert len(data["items"]) == 1 and data["items"][0]["value"] == pytest.approx(0.9)
     res = invoke("explain", run_dir, "--values", npz, "--head", "parent_of", "--pair", "ann", "zed", ok=False)

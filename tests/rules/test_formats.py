@@ -36,11 +36,13 @@ from tests.rules.conftest import random_docs
 @st.composite
 def scored_rules(draw: st.DrawFn) -> tuple[RelationVocab, list[ScoredRule]]:
     R = draw(st.integers(1, 5))
-    names = draw(st.lists(st.from_regex(r"[a-z_][a-z0-9_/.\-]{0,10}", fullmatch=True), min_size=R, max_size=R, unique=True))
+    name = st.from_regex(r"[a-z_][a-z0-9_/.\-]{0,10}", fullmatch=True)
+    names = draw(st.lists(name, min_size=R, max_size=R, unique=True))
     vocab = RelationVocab(tuple(names))
     out = []
     for _ in range(draw(st.integers(0, 6))):
-        rule = Rule(draw(st.integers(0, R - 1)), tuple(draw(st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3))))
+        body = tuple(draw(st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3)))
+        rule = Rule(draw(st.integers(0, R - 1)), body)
         if draw(st.booleans()):
             body = draw(st.integers(1, 500))
             support = draw(st.integers(0, body))
@@ -127,7 +129,7 @@ def test_anyburl_rejects_unwritable_names() -> None:
 def test_amie_example_from_readme() -> None:
     vocab = RelationVocab(("_verb_group",))
     assert parse_amie_rule("?b _verb_group ?a => ?a _verb_group ?b", vocab) == Rule(0, (1,))
-    text = "Mining started\nRule\tHead Coverage\tStd Confidence\tPCA Confidence\tPositive Examples\tBody size\tPCA Body size\tFunctional variable\n"
+    text = "Mining started\n" + "\t".join(AMIE_COLUMNS) + "\n"
     text += "?b  _verb_group  ?a   => ?a  _verb_group  ?b\t0.931\t0.931\t0.981\t1060\t1138\t1081\t-2\n"
     (item,) = parse_amie(text, vocab)
     assert (item.support, item.body_size, item.pca_body_size) == (1060, 1138, 1081)

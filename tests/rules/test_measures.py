@@ -75,7 +75,8 @@ def graphs_and_rules(draw: st.DrawFn):
         else:
             facts = []
         types = draw(st.lists(st.integers(0, 1), min_size=N, max_size=N))
-        docs.append(GraphDoc(np.array(facts, dtype=np.int64).reshape(-1, 3), N, np.array(types, dtype=np.int64), f"d{d}"))
+        arr = np.array(facts, dtype=np.int64).reshape(-1, 3)
+        docs.append(GraphDoc(arr, N, np.array(types, dtype=np.int64), f"d{d}"))
     J = draw(st.integers(1, 6))
     heads = draw(st.lists(st.integers(0, R - 1), min_size=J, max_size=J))
     bodies = draw(st.lists(st.lists(st.integers(0, 2 * R), min_size=3, max_size=3), min_size=J, max_size=J))
@@ -128,7 +129,10 @@ def test_stay_token_is_identity_anywhere() -> None:
 def test_count_rules_and_sum_over_documents() -> None:
     rng = np.random.default_rng(5)
     R = 3
-    docs = [GraphDoc(np.stack([rng.integers(0, 7, 15), rng.integers(0, R, 15), rng.integers(0, 7, 15)], 1), 7) for _ in range(5)]
+    docs = [
+        GraphDoc(np.stack([rng.integers(0, 7, 15), rng.integers(0, R, 15), rng.integers(0, 7, 15)], 1), 7)
+        for _ in range(5)
+    ]
     rules = [Rule(0, (1, 2)), Rule(2, (R + 0,)), Rule(1, (0, R + 2, 1))]
     whole = count_rules(rules, docs, R)
     parts = [count_rules(rules, [d], R) for d in docs]
@@ -241,7 +245,9 @@ def predictions_and_rules(draw: st.DrawFn):
         preds.append(np.array(bits, dtype=bool).reshape(N, N, R))
     rules = draw(
         st.lists(
-            st.builds(Rule, st.integers(0, R - 1), st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3).map(tuple)),
+            st.builds(
+                Rule, st.integers(0, R - 1), st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3).map(tuple)
+            ),
             min_size=1,
             max_size=5,
         )

@@ -15,7 +15,8 @@ from tests.rules.conftest import RELATIONS, TYPES, build_store, random_docs
 
 
 def _assert_same(a: RuleStore, b: RuleStore) -> None:
-    assert (a.relations, a.types, a.body_length, a.rounds, a.meta) == (b.relations, b.types, b.body_length, b.rounds, b.meta)
+    for f in ("relations", "types", "body_length", "rounds", "meta"):
+        assert getattr(a, f) == getattr(b, f), f
     assert a.triples.keys() == b.triples.keys()
     for t, ra in a.triples.items():
         rb = b.triples[t]

@@ -133,6 +133,7 @@ class FedNSLClient(Client):
             table = CellTable(part, num_relations, train_facts if name != "train" else None)
             self.tables[name] = table
             self.caches[name] = PhiCache(table, path_score, fast_after)  # type: ignore[arg-type]
+        self._masks = {name: [query_mask(d, t.part.combo) for d in t.part.docs] for name, t in self.tables.items()}
         self._fit: tuple[int, RuleSet, FittedScorer, TransferScorer, ScorerOptions] | None = None
 
     # -- round 0: co-occurrence statistics (spec §8.8) ---------------------------------------------------------
@@ -340,7 +341,8 @@ class FedNSLClient(Client):
                 counts: PRF = prf_counts(p, y, built.in_train, built.total_gold)
                 metrics.update(counts.metrics(f"{prefix}{key}_"))
                 if self.golden:
-                    body, correct = logic_counts(self._doc_predictions(part, built, p, rules), self.golden)
+                    body, correct = logic_counts(self._doc_predictions(part, built, p, rules), self.golden,
+                                                 self._masks[part])
                     arrays[f"logic_body_{prefix}{key}"] = body
                     arrays[f"logic_correct_{prefix}{key}"] = correct
                     value = logic_from_counts(body, correct)

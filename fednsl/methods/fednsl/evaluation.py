@@ -95,14 +95,50 @@ def prf_counts(pred: np.ndarray, gold: np.ndarray, in_train: np.ndarray, total_g
     return PRF(int(tp_mask.sum()), int(pred.sum()), int(total_gold), int((tp_mask & np.asarray(in_train, bool)).sum()))
 
 
-def logic_counts(predictions: Sequence[np.ndarray], rules: Sequence[tuple[int, Sequence[int]]]
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(body counts (K,), body∧head counts (K,)) of the golden rules over per-document (N, N, R) predictions."""
+def logic_counts(predictions: Sequence[np.ndarray], rules: Sequence[tuple[int, Sequence[int]]],
+                 masks: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(body counts (K,), body∧head counts (K,)) of the golden rules over per-document (N, N, R) predictions.
+
+    Body truth is the boolean composition of the predicted relation matrices (inverse token = transpose), as in
+    LogiRE's evaluator; ``masks`` (N, N) per document restrict the counted pairs (x, y) to the cells the client
+    predicts (its query cells; the diagonal is never a query). Without masks this equals
+    :func:`rules.measures.logic_accuracy`'s counts.
+    """
     k = len(rules)
+    body_tot = np.zeros(k, dtype=np.int64)
+    correct = np.zeros(k, dtype=np.int64)
     if k == 0 or not predictions:
-        return np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
-    res = logic_accuracy(list(predictions), list(rules))
-    return res.body_counts.astype(np.int64), res.correct_counts.astype(np.int64)
+        return body_tot, correct
+    if masks is None:
+        res = logic_accuracy(list(predictions), list(rules))
+        return res.body_counts.astype(np.int64), res.correct_counts.astype(np.int64)
+    for pred, mask in zip(predictions, masks):
+        pred = np.asarray(pred, dtype=bool)
+        n, _, R = pred.shape
+        if n == 0:
+            continue
+        mask = np.asarray(mask, dtype=bool)
+        if not mask.any():
+            continue
+
+        def mat(tok: int) -> np.ndarray:
+            if tok < R:
+                return pred[:, :, tok]
+            if tok < 2 * R:
+                return pred[:, :, tok - R].T
+            return np.eye(n, dtype=bool)
+
+        for i, (head, body) in enumerate(rules):
+            toks = [int(t) for t in body]
+            m = mat(toks[0]).astype(np.int64)
+            for tok in toks[1:]:
+                if not m.any():
+                    break
+                m = (m @ mat(tok).astype(np.int64)) > 0
+            b = (m > 0) & mask
+            body_tot[i] += int(b.sum())
+            correct[i] += int((b & pred[:, :, int(head)]).sum())
+    return body_tot, correct
 
 
 def logic_from_counts(body: np.ndarray, correct: np.ndarray) -> float:

@@ -45,7 +45,7 @@ def wine(rounds: int = 2, **kwargs) -> RunConfig:
 def trained(tmp_path_factory):
     """A real 3-client run (rule file, callables and fitted KMs) with every message recorded."""
     seen: list[tuple[str, str, Message]] = []
-    cfg = wine(rounds=3)
+    cfg = wine(rounds=2)
     cfg.method_kwargs["knowledge"] = dict(cfg.method_kwargs["knowledge"])
     cfg.method_kwargs["knowledge"]["c2"] = {
         "prediction": {"fit": "logreg"},
@@ -58,12 +58,12 @@ def trained(tmp_path_factory):
 def test_run_writes_metrics_and_never_violates(trained):
     res, _ = trained
     ev = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "evaluate"]
-    assert [r["round"] for r in ev] == [1, 2, 3]
+    assert [r["round"] for r in ev] == [1, 2]
     assert all(r["pov"] == 0.0 for r in ev) and 0.0 <= ev[-1]["accuracy"] <= 1.0
     assert (res.run_dir / "summary.json").exists()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 40))
 def test_combined_model_never_predicts_outside_the_range(trained, seed: int, n: int):
     res, _ = trained
