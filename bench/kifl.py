@@ -130,7 +130,9 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 
 
 def bench_dataset(name: str, seeds: Sequence[int], quick: bool, path: str | None, work: Path,
-                  studies: Sequence[str]) -> dict[str, Any]:
+                  studies: Sequence[str], fractions: Sequence[float] | None = None,
+                  on_seed: Any = None) -> dict[str, Any]:
+    """All studies of one data set; ``on_seed(partial)`` gets the summary over the seeds done so far."""
     from fednsl.methods.kifl.data import load_dataset
 
     base: list[str] = [f"data.path={path}"] if path else []
@@ -167,7 +169,7 @@ def bench_dataset(name: str, seeds: Sequence[int], quick: bool, path: str | None
                             "engine_wall_s": r["wall_s"], "reference_wall_s": ref_wall,
                             "wall_ratio": r["wall_s"] / max(ref_wall, 1e-9)})
         if "data" in studies:
-            for frac in FRACTIONS.get(name, (0.01, 0.05, 0.1, 0.3)):
+            for frac in fractions or FRACTIONS.get(name, (0.01, 0.05, 0.1, 0.3)):
                 r = run_once(ds, name, seed, [*base, f"data.train_fraction={frac}"], cache, work)
                 runs.setdefault(f"data|{frac}", {})[seed] = r
         if "lambda" in studies:
@@ -175,6 +177,15 @@ def bench_dataset(name: str, seeds: Sequence[int], quick: bool, path: str | None
                 r = run_once(ds, name, seed, [*base, f"method_kwargs.lam={lam}"], cache, work)
                 runs.setdefault(f"lambda|{lam}", {})[seed] = r
         print(f"[kifl] {name} seed {seed}: {time.perf_counter() - t_seed:.1f}s", file=sys.stderr, flush=True)
+        if on_seed is not None:
+            done = list(seeds[: list(seeds).index(seed) + 1])
+            on_seed(_summarise(name, ds, cfg0, base, quick, {k: {s_: v[s_] for s_ in done} for k, v in runs.items()},
+                               done, extra))
+    return _summarise(name, ds, cfg0, base, quick, runs, list(seeds), extra)
+
+
+def _summarise(name: str, ds: Any, cfg0: Any, base: list[str], quick: bool, runs: dict[str, dict[int, Any]],
+               seeds: list[int], extra: dict[str, Any]) -> dict[str, Any]:
     clients = sorted(next(iter(runs.values()))[seeds[0]]["clients"])
     summary: dict[str, Any] = {}
     for key, by_seed in runs.items():
@@ -264,9 +275,11 @@ def markdown(results: dict[str, Any]) -> str:
 @click.option("--covtype", "covtype_path", default=None, help="path to covtype.data.gz or the LIBSVM covtype file")
 @click.option("--fashion-mnist", "fmnist_path", default=None,
               help="folder of the FashionMNIST idx files (default: /usr/share/datasets/fashion-mnist)")
+@click.option("--fractions", default=None,
+              help="comma-separated data shares for the Table 2 study (default: 0.01,0.05,0.1,0.3; digits 0.05,0.1,0.3,0.5)")
 @click.option("--out", default=None, help="output JSON path (default bench/results/kifl[_quick].json; Markdown beside it)")
 def command(datasets: str, seeds: int, studies: str, quick: bool, covtype_path: str | None,
-            fmnist_path: str | None, out: str | None) -> None:
+            fmnist_path: str | None, fractions: str | None, out: str | None) -> None:
     """KIFL §7: five approaches (TA/POV), data-size and λ studies; JSON + Markdown in bench/results/."""
     from bench._common import machine, write_result
 
@@ -274,22 +287,31 @@ def command(datasets: str, seeds: int, studies: str, quick: bool, covtype_path: 
     paths = {"covtype": covtype_path, "fashion_mnist": fmnist_path}
     results: dict[str, Any] = {}
     t0 = time.perf_counter()
+    fracs = [float(f) for f in fractions.split(",")] if fractions else None
+    command_line = "python -m bench.kifl " + " ".join(sys.argv[1:])
+
+    def write(partial: dict[str, Any]) -> Path:
+        wall = time.perf_counter() - t0
+        payload = {"wall_s": wall, "command": command_line, "results": partial}
+        if out:
+            path = Path(out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"machine": machine(), **payload}, indent=2, default=str))
+        else:
+            path = write_result("kifl_quick" if quick else "kifl", payload)
+        path.with_suffix(".md").write_text(f"# KIFL §7 benchmark ({time.strftime('%Y-%m-%d')}, {wall:.0f} s)\n\n"
+                                           f"`{command_line}`\n\n" + markdown(partial))
+        return path
+
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             res = bench_dataset(name, list(range(seeds)), quick, paths.get(name), Path(tmp),
-                                [s.strip() for s in studies.split(",")])
+                                [s.strip() for s in studies.split(",")], fracs,
+                                on_seed=lambda part, name=name: write({**results, name: part}))
             results[name] = res
     wall = time.perf_counter() - t0
-    payload = {"wall_s": wall, "command": "python -m bench.kifl " + " ".join(sys.argv[1:]), "results": results}
-    if out:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"machine": machine(), **payload}, indent=2, default=str))
-    else:
-        path = write_result("kifl_quick" if quick else "kifl", payload)
+    path = write(results)
     md = markdown(results)
-    path.with_suffix(".md").write_text(f"# KIFL §7 benchmark ({time.strftime('%Y-%m-%d')}, {wall:.0f} s)\n\n"
-                                       f"`{payload['command']}`\n\n" + md)
     click.echo(md)
     click.echo(f"wrote {path} ({wall:.1f} s)")
 

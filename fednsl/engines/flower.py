@@ -1,275 +1,58 @@
-"""Run any registered fednsl method on Flower 1.41 (the ``flower-sim`` and ``flower`` engines).
+"""Run any registered fednsl method on Flower 1.41: the ServerApp side and the ``flower-sim`` / ``flower`` engines.
 
 Server side — :class:`GridRunner` is the in-process runner with Flower's ``Grid`` as transport: per round and
 stage it samples clients, ``configure``-s one fednsl message each, pushes them as Flower messages
 (:mod:`fednsl.engines.flower_records`), pulls replies as they arrive and feeds the *same* sans-IO
 :mod:`fednsl.federation.protocol` step functions (round/stage tags, quorum, timeouts), validation, metrics
-and checkpoints as :class:`~fednsl.federation.runner.InProcessRunner`. A SuperNode that stops answering
-(process killed, network gone: Flower drops it from ``grid.get_node_ids()``) or overruns
-``federation.client_timeout_s`` is a failed client of that exchange; the stage completes when the quorum
-(``federation.min_clients``) replied.
+and checkpoints as :class:`~fednsl.federation.runner.InProcessRunner`. A client whose SuperNode stops
+answering (Flower replies "Node Unavailable" once it misses 2 heartbeats, i.e. within about 60 s, and drops it
+from ``grid.get_node_ids()``) or that overruns ``federation.client_timeout_s`` is a failed client of that
+exchange; the stage completes when the quorum (``federation.min_clients``) replied.
 
-Client side — :class:`FednslClientApp` is a Flower ``ClientApp`` that routes every message type to the node's
-fednsl :class:`~fednsl.federation.roles.Client` (``Client.handle`` dispatches on the stage). The node's client is
-``sorted(client ids)[partition-id]`` (its node config ``partition-id`` / ``num-partitions``; the server learns
-the mapping with one ``query.fednsl_hello`` exchange). The client object survives between messages in the
-node's Flower ``Context.state`` (pickled; it never leaves the node), so a method whose client keeps state
-across stages or rounds behaves as in-process even though a SuperNode starts one ClientApp process per message.
+Client side — :mod:`fednsl.engines.flower_client` (:class:`FednslClientApp`).
 
-Engines (registered in :data:`fednsl.pipeline.ENGINES`):
+Engines (added to :data:`fednsl.pipeline.ENGINES` by :func:`register`, which the pipeline calls lazily):
 
 - ``flower-sim``: :func:`flwr.simulation.run_simulation` (Ray). The ServerApp runs in this process on the
   caller's strategy; the caller's client objects are shipped once to the Ray actors (object store);
   ``federation.parallelism`` = number of Ray actors.
 - ``flower``: a real SuperLink + SuperNodes (:mod:`fednsl.engines.flower_deploy`): the ServerApp and
-  ClientApps load from :data:`server_app` / :data:`client_app` of this module and rebuild the method from the
-  config carried in the run config.
+  ClientApps load from :data:`server_app` / :data:`client_app` and rebuild the method from the config carried
+  in the Flower run config.
 
 Importing this module sets ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_UPDATE_CHECK=1`` unless they are set.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import io
 import logging
 import math
 import os
 import pickle
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+from flwr.app import Context, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.serverapp import Grid, ServerApp
 
-import yaml  # noqa: E402
-from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
-from flwr.app import Message as FlowerMessage  # noqa: E402
-from flwr.app.metadata import validate_message_type  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.serverapp import Grid, ServerApp  # noqa: E402
-
-from fednsl.config import RunConfig  # noqa: E402
-from fednsl.engines.flower_records import (  # noqa: E402
-    RecordTranslationError, from_recorddict, message_type, to_recorddict,
+from fednsl.config import RunConfig
+from fednsl.engines.flower_client import (
+    HELLO, ClientSource, ConfigSource, FednslClientApp, ShippedSource, build_method, client_app, config_from_text,
+    config_text,
 )
-from fednsl.federation import protocol  # noqa: E402
-from fednsl.federation.records import Message  # noqa: E402
-from fednsl.federation.roles import Client  # noqa: E402
-from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult, client_seed  # noqa: E402
-from fednsl.federation.tracking import Checkpoints, MetricsLog  # noqa: E402
+from fednsl.engines.flower_records import RecordTranslationError, from_recorddict, message_type, to_recorddict
+from fednsl.federation import protocol
+from fednsl.federation.records import Message
+from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult, client_seed
+from fednsl.federation.tracking import Checkpoints, MetricsLog
 
 log = logging.getLogger("fednsl.flower")
 
-HELLO = "query.fednsl_hello"       # engine handshake: which partition does a SuperNode hold?
-NODE_RECORD = "fednsl.node"        # Context.state record holding the node's client between messages
-RUN_CONFIG_KEYS = ("fednsl-config", "run-dir", "resume", "node-wait-s", "poll-s")
-
-
-# ==== method building ========================================================================================
-def build_method(config: RunConfig) -> Federation:
-    """``METHODS[config.method].build(config)``, importing only that method's package when it has the same name.
-
-    Flower starts a fresh Python process per ClientApp message in deployment, so importing every method package
-    (``load_methods``) each time would be slow; unknown names fall back to importing all of them.
-    """
-    from fednsl.registry import METHODS, load_methods, normalize
-
-    name = normalize(config.method)
-    if name not in METHODS:
-        try:
-            importlib.import_module(f"fednsl.methods.{name.replace('-', '_')}")
-        except ImportError:
-            pass
-    if name not in METHODS:
-        load_methods()
-    return METHODS.get(name).build(config)
-
-
-def config_text(config: RunConfig) -> str:
-    """The resolved config as YAML text (what travels in Flower's run config)."""
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
-
-
-def config_from_text(text: str, where: str = "Flower run config 'fednsl-config'") -> RunConfig:
-    raw = yaml.safe_load(text)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: expected a YAML mapping, got {type(raw).__name__}")
-    return RunConfig.from_dict(raw, where=where)
-
-
-# ==== client side ============================================================================================
-class ClientSource:
-    """Where a node gets a fresh (never used) copy of its fednsl client."""
-
-    key: str
-
-    def client_ids(self) -> list[str]:
-        raise NotImplementedError
-
-    def fresh_client(self, cid: str) -> Client:
-        raise NotImplementedError
-
-
-class ConfigSource(ClientSource):
-    """Build the method from its config (once per process); hand out pickled copies of the built clients."""
-
-    def __init__(self, config_yaml: str):
-        self.config_yaml = config_yaml
-        self.key = "config:" + hashlib.sha256(config_yaml.encode()).hexdigest()[:16]
-        self._fed: Federation | None = None
-        self._blobs: dict[str, bytes] = {}
-
-    def _federation(self) -> Federation:
-        if self._fed is None:
-            self._fed = build_method(config_from_text(self.config_yaml))
-            for cid, client in self._fed.clients.items():
-                try:
-                    self._blobs[cid] = pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception:  # noqa: BLE001 - unpicklable clients: rebuild for every further copy
-                    pass
-        return self._fed
-
-    def client_ids(self) -> list[str]:
-        return sorted(self._federation().clients)
-
-    def fresh_client(self, cid: str) -> Client:
-        fed = self._federation()
-        if cid in self._blobs:
-            return pickle.loads(self._blobs[cid])
-        self._fed = None  # the built object is handed out; the next request rebuilds
-        return fed.clients[cid]
-
-
-class ShippedSource(ClientSource):
-    """Pickled client objects put once into Ray's object store by the simulation engine."""
-
-    def __init__(self, ref: Any):
-        self.ref = ref
-        self.key = f"ray:{ref.hex()}"
-        self._blobs: dict[str, bytes] | None = None
-
-    def _get(self) -> dict[str, bytes]:
-        if self._blobs is None:
-            import ray
-
-            self._blobs = ray.get(self.ref)
-        return self._blobs
-
-    def client_ids(self) -> list[str]:
-        return sorted(self._get())
-
-    def fresh_client(self, cid: str) -> Client:
-        return pickle.loads(self._get()[cid])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"ref": self.ref, "key": self.key, "_blobs": None}
-
-
-_SOURCES: dict[str, ClientSource] = {}                      # per process: source key -> source (with its cache)
-_LIVE: dict[tuple[int, int], tuple[int, Client]] = {}       # per process: (run, node) -> (version, client)
-
-
-def _partition(context: Context) -> tuple[int, int]:
-    nc = context.node_config
-    try:
-        return int(nc["partition-id"]), int(nc["num-partitions"])
-    except KeyError as exc:
-        raise ValueError(f"SuperNode {context.node_id}: node config {dict(nc)} lacks {exc.args[0]!r}; start it "
-                         "with --node-config 'partition-id=I num-partitions=N' (N = the method's clients)") from exc
-
-
-def _dump_state(client: Client) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(client.state_dict(), buf)
-    return buf.getvalue()
-
-
-def _load_state(client: Client, blob: bytes) -> None:
-    import torch
-
-    client.load_state_dict(torch.load(io.BytesIO(blob), weights_only=False))
-
-
-class FednslClientApp(ClientApp):
-    """A Flower ClientApp serving the fednsl client of its SuperNode's partition (any stage, any method).
-
-    ``source`` fixes where clients come from (the simulation engine ships them); without it the method is
-    built from ``context.run_config["fednsl-config"]`` (deployment).
-    """
-
-    def __init__(self, source: ClientSource | None = None):
-        super().__init__()
-        self.source = source
-
-    def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
-        with self._lifespan(context):
-            mtype = message.metadata.message_type
-            if not validate_message_type(mtype):
-                raise ValueError(f"invalid Flower message type {mtype!r}")
-            if mtype == HELLO:
-                pid, num = _partition(context)
-                return FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": pid, "num-partitions": num})}),
-                                     reply_to=message)
-            return self._serve(message, context)
-
-    def _source(self, context: Context) -> ClientSource:
-        src = self.source
-        if src is None:
-            text = context.run_config.get("fednsl-config")
-            if not text:
-                raise ValueError("the Flower run config has no 'fednsl-config' (run the app written by "
-                                 "`fednsl flower app` or use `fednsl train --engine flower`)")
-            src = ConfigSource(str(text))
-        return _SOURCES.setdefault(src.key, src)
-
-    def _serve(self, message: FlowerMessage, context: Context) -> FlowerMessage:
-        request = from_recorddict(message.content)
-        source = self._source(context)
-        client, version, cid = self._client(source, context)
-        reply = client.handle(request)
-        self._store(context, client, version + 1, cid)
-        return FlowerMessage(to_recorddict(reply), reply_to=message)
-
-    @staticmethod
-    def _client(source: ClientSource, context: Context) -> tuple[Client, int, str]:
-        """The node's client as the previous message left it (process cache, else Context.state, else fresh)."""
-        pid, num = _partition(context)
-        ids = source.client_ids()
-        if num != len(ids) or not 0 <= pid < num:
-            raise ValueError(f"SuperNode {context.node_id}: partition-id={pid} num-partitions={num}, but the method "
-                             f"has {len(ids)} clients {ids}")
-        cid = ids[pid]
-        rec = context.state.config_records.get(NODE_RECORD)
-        version = int(rec["version"]) if rec is not None else 0
-        key = (context.run_id, context.node_id)
-        cached = _LIVE.get(key)
-        if cached is not None and cached[0] == version and rec is not None and rec["cid"] == cid:
-            return cached[1], version, cid
-        if rec is not None and rec["cid"] == cid and "client" in rec:
-            return pickle.loads(rec["client"]), version, cid
-        client = source.fresh_client(cid)
-        if rec is not None and rec["cid"] == cid and "state" in rec:
-            _load_state(client, rec["state"])
-        return client, version, cid
-
-    @staticmethod
-    def _store(context: Context, client: Client, version: int, cid: str) -> None:
-        try:
-            payload: dict[str, Any] = {"client": pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)}
-        except Exception:  # noqa: BLE001 - unpicklable client: keep its documented state_dict instead
-            payload = {"state": _dump_state(client)}
-        context.state.config_records[NODE_RECORD] = ConfigRecord({"version": version, "cid": cid, **payload})
-        _LIVE[(context.run_id, context.node_id)] = (version, client)
-
-
-#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower:client_app``).
-client_app = FednslClientApp()
+RUN_CONFIG_KEYS = ("fednsl-config", "run-dir", "resume", "node-wait-s", "poll-s")  # the Flower app's run config
 
 
 # ==== server side ============================================================================================
@@ -479,8 +262,6 @@ class FlowerSimulationEngine:
         actors = max(1, int(self.cfg.federation.parallelism))
         started_ray = not ray.is_initialized()
         if started_ray:
-            import sys
-
             path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
             ray.init(num_cpus=actors, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
                      log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})

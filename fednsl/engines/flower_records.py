@@ -82,7 +82,7 @@ def to_recorddict(msg: Message) -> RecordDict:
         if arr.dtype == object:
             raise RecordTranslationError(f"{msg.kind} message from {msg.sender}: array {name!r} has dtype object; "
                                          "only numeric and bool arrays can travel")
-        arrays[name] = Array(np.ascontiguousarray(arr))
+        arrays[name] = Array(arr)  # np.save bytes: dtype, shape (0-d included) and values exact
     config, as_json = ConfigRecord(), []
     for key, value in msg.config.items():
         value = _plain(value)

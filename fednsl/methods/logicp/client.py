@@ -24,6 +24,7 @@ first contact, the cluster's shared encoder afterwards), ``c<j>.<name>`` (cluste
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 import numpy as np
@@ -78,10 +79,10 @@ class LogiCPClient(ConformalClient, ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
     def train(self, msg: Message) -> Message:
-        """Alg. 1 lines 19–20: local epochs on D^tr with Eq. 19."""
+        """Alg. 1 lines 19–20: local epochs on the private training windows with Eq. 19."""
         self._load_push(msg)
         qhat = msg.arrays.get("qhat")
-        x, y = self.part("train")
+        x, y = self.part(str(msg.config.get("local_data", "pretrain+train")))
         loss = sgd_epochs(self.model, x, y, gen=self.seed_generator(msg), objective=self.objective(msg.config, qhat),
                           **sgd_kwargs(msg.config))
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
@@ -118,7 +119,8 @@ class LogiCPClient(ConformalClient, ForecastClient):
             x, y = x[keep], y[keep]
         scores = np.zeros(k)
         if measure != "none":
-            for j, w in enumerate(unpack_models(msg.arrays, k) if k else []):
+            candidates = {n: v for n, v in msg.arrays.items() if re.match(r"c\d+\.", n)}
+            for j, w in enumerate(unpack_models(candidates, k) if k else []):
                 pred = predict(self.net(w), x)
                 scores[j] = self.alignment(pred) if measure == "stl" else float(mse_loss(pred, y))
         return msg.reply(self.cid, arrays={"scores": scores.astype(np.float64),

@@ -33,6 +33,7 @@ INITIAL_CLUSTERINGS = ("sorted", "random")
 CLUSTER_TRAINING = ("federated", "server")
 CALIBRATE_WITH = ("client", "cluster")
 CLUSTER_SPLITS = ("train", "private")
+LOCAL_DATA = ("pretrain+train", "train")
 
 
 @dataclass
@@ -54,6 +55,7 @@ class LogiCPConfig(TSTrainConfig):
     cluster_training: str = "federated"  # "federated" | "server" (module docstring)
     scale_mode: str = "cluster"          # σ of Eq. 15–17: "cluster" (exact) | "client" (Eq. 17 literal) | "none"
     calibrate_with: str = "client"       # model whose residuals calibrate: the client's or its cluster's
+    local_data: str = "pretrain+train"   # windows of the local stage (Eq. 19): D^pri minus D^cal, D^nor | D^tr
     cluster_split: str = "train"         # windows a client scores cluster models on: D^tr | all of D^pri
     max_cluster_samples: int | None = None  # at most this many windows for that score (None: all)
     correction: str = "cp"               # priority of the "-T" row (Eq. 23–25): "cp" (paper) | "stl"
@@ -67,7 +69,7 @@ class LogiCPConfig(TSTrainConfig):
                   "initial_clustering": (self.initial_clustering, INITIAL_CLUSTERINGS),
                   "cluster_training": (self.cluster_training, CLUSTER_TRAINING),
                   "scale_mode": (self.scale_mode, SCALE_MODES), "calibrate_with": (self.calibrate_with, CALIBRATE_WITH),
-                  "cluster_split": (self.cluster_split, CLUSTER_SPLITS), "correction": (self.correction, PRIORITIES)}
+                  "cluster_split": (self.cluster_split, CLUSTER_SPLITS), "local_data": (self.local_data, LOCAL_DATA), "correction": (self.correction, PRIORITIES)}
         for name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ValueError(f"method_kwargs (logicp).{name} must be one of {list(allowed)}, got {value!r}")
@@ -91,7 +93,7 @@ class LogiCPConfig(TSTrainConfig):
     def loss_config(self) -> dict[str, Any]:
         """What clients need to build the Eq. 19 objective (sent in ``msg.config``)."""
         return {"omega_mse": self.omega_mse, "omega_stl": self.omega_stl, "stl_loss": self.stl_loss,
-                "cp_loss": self.cp_loss}
+                "cp_loss": self.cp_loss, "local_data": self.local_data}
 
 
 __all__ = ["ASSIGN_RULES", "CALIBRATE_WITH", "CLUSTERINGS", "CLUSTER_SPLITS", "CLUSTER_TRAINING",

@@ -63,9 +63,11 @@ class ConformalClient:
 
     def part(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Windows ``(x, y)`` of one subset (pretrain, cal, nor, public, train; D^pre falls back to D^tr when
-        empty) or ``private`` (everything but D^pub)."""
-        if name == "private":
-            idx = np.sort(np.concatenate([self.parts[p] for p in ("pretrain", "cal", "nor", "train")]))
+        empty), ``pretrain+train`` (the private windows outside D^cal and D^nor) or ``private`` (everything
+        but D^pub)."""
+        if name in ("private", "pretrain+train"):
+            names = ("pretrain", "cal", "nor", "train") if name == "private" else ("pretrain", "train")
+            idx = np.sort(np.concatenate([self.parts[p] for p in names]))
         else:
             idx = self.parts[name]
             if name == "pretrain" and len(idx) == 0:

@@ -42,14 +42,15 @@ class SplitConfig:
     def partition(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Disjoint sorted index arrays ``{part: (n_part,)}`` covering ``range(n)``.
 
-        Sizes: ``round(share·n)`` each (cal and train at least 1, when n allows), train = the rest."""
+        Sizes: ``round(share·n)`` each, train = the rest; cal and train keep at least one window (when
+        rounding leaves none for training, the largest of pretrain / nor / public gives one up, then cal)."""
         if n < 2:
             raise ValueError(f"a LogiCP client needs >= 2 training windows (calibration + training), got {n}")
         sizes = {p: int(round(getattr(self, p) * n)) for p in PARTS[:-1]}
         sizes["cal"] = max(1, sizes["cal"])
         while sum(sizes.values()) > n - 1:      # keep >= 1 window for local training
-            largest = max((p for p in sizes if p != "cal" or sizes["cal"] > 1), key=lambda p: sizes[p])
-            sizes[largest] -= 1
+            others = [p for p in ("pretrain", "nor", "public") if sizes[p] > 0]
+            sizes[max(others, key=lambda p: sizes[p]) if others else "cal"] -= 1
         order = rng.permutation(n)
         out, start = {}, 0
         for p in PARTS[:-1]:

@@ -169,13 +169,12 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = {c: r.metrics["num_examples"] for c, r in replies.items()}
         self.global_w = weighted_average([r.arrays for r in replies.values()], list(n.values()))
-        assert self.clusters is not None
-        for k in range(self.cfg.num_clusters):
+        for k in range(self.cfg.num_clusters if self.clusters is not None else 0):
             mem = [c for c in self.members(k, list(replies)) if n[c] > 0]
             if mem:
                 self.clusters[k] = weighted_average([replies[c].arrays for c in mem], [n[c] for c in mem])
         out = _loss(replies)
-        if self.cfg.cluster_training == "server" and self.cfg.cluster_epochs > 0:
+        if self.cfg.cluster_training == "server" and self.cfg.cluster_epochs > 0 and self.clusters is not None:
             out.update(self._server_cluster_training(rnd, list(replies)))
         return out
 
@@ -209,12 +208,11 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return {"cluster_train_loss": float(np.mean(losses))} if losses else {}
 
     def configure_cluster_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
-        assert self.clusters is not None
         config = {**self.cfg.sgd_config(), **self.cfg.loss_config(), "cluster_epochs": self.cfg.cluster_epochs}
         out = {}
         for c in clients:
             k = self.assign.get(c, -1)
-            if k < 0:
+            if k < 0 or self.clusters is None:
                 out[c] = Message("cluster.train", rnd, config={**config, "skip": True})
             else:
                 out[c] = Message("cluster.train", rnd, config=config,
@@ -222,8 +220,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return out
 
     def aggregate_cluster_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
-        assert self.clusters is not None
-        for k in range(self.cfg.num_clusters):
+        for k in range(self.cfg.num_clusters if self.clusters is not None else 0):
             mem = [c for c in self.members(k, list(replies)) if replies[c].metrics["num_examples"] > 0]
             if mem:
                 self.clusters[k] = weighted_average([replies[c].arrays for c in mem],

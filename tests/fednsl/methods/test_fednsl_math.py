@@ -29,6 +29,17 @@ from fednsl.methods.fednsl.scorer import (
 )
 from rules.measures import logic_accuracy
 
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one torch thread is much faster than two on a shared 2-core machine."""
+    from fednsl.methods.fednsl.config import torch_threads
+
+    with torch_threads(1):
+        yield
+
+
 PRIOR = [0.5, 0.3, 0.2]
 COUNTS = [25, 15, 10]
 W = [2.0, -1.0, 4.0]
@@ -180,7 +191,7 @@ def test_fit_reduces_loss_and_kl_weight_pulls_posterior_to_prior() -> None:
     inst = synthetic_instances()
     kls = []
     for lam in (0.0, 1.0, 100.0):
-        opts = ScorerOptions(kl_weight=lam, steps=200, lr=0.05)
+        opts = ScorerOptions(kl_weight=lam, steps=120, lr=0.05)
         fit = fit_scorer(inst, rules, opts, torch.Generator().manual_seed(1))
         if lam == 0.0:
             assert fit.history["bce"][-1] < fit.history["bce"][0]
@@ -190,7 +201,7 @@ def test_fit_reduces_loss_and_kl_weight_pulls_posterior_to_prior() -> None:
         assert fit.weights[1, 2] == 0.0  # masked body weight stays 0
     assert kls[0] > kls[1] > kls[2]
     # without KL the posterior favours the true rule (body 0 of triple 0) over its prior
-    fit = fit_scorer(inst, rules, ScorerOptions(kl_weight=0.0, steps=200), torch.Generator().manual_seed(1))
+    fit = fit_scorer(inst, rules, ScorerOptions(kl_weight=0.0, steps=120), torch.Generator().manual_seed(1))
     q, _ = posterior_of(inst, rules, fit.weights.double(), fit.bias.double(), ScorerOptions())
     assert q[0, 0] > rules.prior("counts")[0, 0]
 

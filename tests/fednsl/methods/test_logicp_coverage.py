@@ -106,15 +106,16 @@ def method_hits(parts: list[dict[str, np.ndarray]], e: np.ndarray, e_test: np.nd
 SETTINGS = [  # (alpha, clients in the cluster, calibration windows per client)
     (0.1, 1, 19),
     (0.1, 3, 10),
-    (0.2, 4, 15),
-    (0.1, 5, 20),
-    (0.25, 3, 20),
+    (0.2, 4, 8),
+    (0.1, 5, 12),
+    (0.25, 3, 10),
+    (0.15, 8, 6),
 ]
 
 
 @pytest.mark.parametrize("alpha,m,n", SETTINGS)
 def test_joint_coverage_is_valid_and_ranks_one_lower_fail(model, alpha, m, n):
-    draws = 2500
+    draws = 2000
     parts, e, e_test = simulate(model, m, n, draws, seed=int(1000 * alpha) + 10 * m + n)
     hits, exact = method_hits(parts, e, e_test, alpha)
     lo, hi = clopper_pearson(hits, draws)
@@ -125,7 +126,7 @@ def test_joint_coverage_is_valid_and_ranks_one_lower_fail(model, alpha, m, n):
     # one rank lower (ℓ − 1; κ − 1 where that loses enough to be detectable with these draws): the same
     # draws are significantly below the target
     lower = [(choice.ell - 1, choice.kappa)]
-    if choice.kappa > 1 and qq_coverage(n, m, choice.ell, choice.kappa - 1) < 1 - alpha - 0.04:
+    if choice.kappa > 1 and qq_coverage(n, m, choice.ell, choice.kappa - 1) < 1 - alpha - 0.035:
         lower.append((choice.ell, choice.kappa - 1))
     for ranks in lower:
         h2, exact2 = method_hits(parts, e, e_test, alpha, ranks)

@@ -201,6 +201,7 @@ def test_lp_term_pulls_forecasts_into_the_band():
 def test_baselines_run_end_to_end(method, tmp_path):
     kw = {"num_clusters": 2} if method == "ts_ifca" else {}
     cfg = tiny_config(method, rounds=2, **kw)
+    (tmp_path / method).mkdir()
     res = InProcessRunner(build_federation(cfg), cfg, tmp_path / method, progress=False).run()  # no plots: fast
     ev = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "evaluate"]
     assert len(ev) == 2 and ev[-1]["evaluate.replies"] == 4

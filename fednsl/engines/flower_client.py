@@ -1,0 +1,244 @@
+"""The client side of the Flower engines: a ``ClientApp`` serving any fednsl method's client.
+
+:class:`FednslClientApp` routes every Flower message type to the node's fednsl
+:class:`~fednsl.federation.roles.Client` (``Client.handle`` dispatches on the stage carried in the message).
+The node's client is ``sorted(client ids)[partition-id]``, from its node config ``partition-id`` /
+``num-partitions`` (``flower-supernode --node-config``; the simulation runtime sets both). The server learns
+which node serves which client with one ``query.fednsl_hello`` exchange, answered from the node config alone.
+
+The client object survives between messages: in the process (simulation actors are long-lived) and, since
+a SuperNode starts one ClientApp process per message, pickled in the node's Flower ``Context.state`` (which
+stays on the node). A method whose client keeps state across stages or rounds therefore behaves exactly as
+in-process. Clients that cannot be pickled keep their documented ``state_dict()`` instead.
+
+This module imports neither torch nor the server-side runner, so a hello costs only Flower's own start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import os
+import pickle
+from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+import yaml  # noqa: E402
+from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
+from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.app.metadata import validate_message_type  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+
+from fednsl.config import RunConfig  # noqa: E402
+from fednsl.engines.flower_records import from_recorddict, to_recorddict  # noqa: E402
+from fednsl.federation.roles import Client  # noqa: E402
+
+if TYPE_CHECKING:
+    from fednsl.federation.runner import Federation
+
+HELLO = "query.fednsl_hello"       # engine handshake: which partition does a SuperNode hold?
+NODE_RECORD = "fednsl.node"        # Context.state record holding the node's client between messages
+
+
+def build_method(config: RunConfig) -> Federation:
+    """``METHODS[config.method].build(config)``, importing only that method's package when it has the same name.
+
+    Flower starts a fresh Python process per ClientApp message in deployment, so importing every method package
+    (``load_methods``) each time would be slow; unknown names fall back to importing all of them.
+    """
+    from fednsl.registry import METHODS, load_methods, normalize
+
+    name = normalize(config.method)
+    if name not in METHODS:
+        try:
+            importlib.import_module(f"fednsl.methods.{name.replace('-', '_')}")
+        except ImportError:
+            pass
+    if name not in METHODS:
+        load_methods()
+    return METHODS.get(name).build(config)
+
+
+def config_text(config: RunConfig) -> str:
+    """The resolved config as YAML text (what travels in Flower's run config)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+def config_from_text(text: str, where: str = "Flower run config 'fednsl-config'") -> RunConfig:
+    raw = yaml.safe_load(text)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a YAML mapping, got {type(raw).__name__}")
+    return RunConfig.from_dict(raw, where=where)
+
+
+class ClientSource:
+    """Where a node gets a fresh (never used) copy of its fednsl client."""
+
+    key: str
+
+    def client_ids(self) -> list[str]:
+        raise NotImplementedError
+
+    def fresh_client(self, cid: str) -> Client:
+        raise NotImplementedError
+
+
+class ConfigSource(ClientSource):
+    """Build the method from its config (once per process); hand out pickled copies of the built clients."""
+
+    def __init__(self, config_yaml: str):
+        self.config_yaml = config_yaml
+        self.key = "config:" + hashlib.sha256(config_yaml.encode()).hexdigest()[:16]
+        self._fed: Federation | None = None
+        self._blobs: dict[str, bytes] = {}
+
+    def _federation(self) -> Federation:
+        if self._fed is None:
+            self._fed = build_method(config_from_text(self.config_yaml))
+            for cid, client in self._fed.clients.items():
+                try:
+                    self._blobs[cid] = pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception:  # noqa: BLE001 - unpicklable clients: rebuild for every further copy
+                    pass
+        return self._fed
+
+    def client_ids(self) -> list[str]:
+        return sorted(self._federation().clients)
+
+    def fresh_client(self, cid: str) -> Client:
+        fed = self._federation()
+        if cid in self._blobs:
+            return pickle.loads(self._blobs[cid])
+        self._fed = None  # the built object is handed out; the next request rebuilds
+        return fed.clients[cid]
+
+
+class ShippedSource(ClientSource):
+    """Pickled client objects put once into Ray's object store by the simulation engine."""
+
+    def __init__(self, ref: Any):
+        self.ref = ref
+        self.key = f"ray:{ref.hex()}"
+        self._blobs: dict[str, bytes] | None = None
+
+    def _get(self) -> dict[str, bytes]:
+        if self._blobs is None:
+            import ray
+
+            self._blobs = ray.get(self.ref)
+        return self._blobs
+
+    def client_ids(self) -> list[str]:
+        return sorted(self._get())
+
+    def fresh_client(self, cid: str) -> Client:
+        return pickle.loads(self._get()[cid])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"ref": self.ref, "key": self.key, "_blobs": None}
+
+
+_SOURCES: dict[str, ClientSource] = {}                      # per process: source key -> source (with its cache)
+_LIVE: dict[tuple[int, int], tuple[int, Client]] = {}       # per process: (run, node) -> (version, client)
+
+
+def _partition(context: Context) -> tuple[int, int]:
+    nc = context.node_config
+    try:
+        return int(nc["partition-id"]), int(nc["num-partitions"])
+    except KeyError as exc:
+        raise ValueError(f"SuperNode {context.node_id}: node config {dict(nc)} lacks {exc.args[0]!r}; start it "
+                         "with --node-config 'partition-id=I num-partitions=N' (N = the method's clients)") from exc
+
+
+def _dump_state(client: Client) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(client.state_dict(), buf)
+    return buf.getvalue()
+
+
+def _load_state(client: Client, blob: bytes) -> None:
+    import torch
+
+    client.load_state_dict(torch.load(io.BytesIO(blob), weights_only=False))
+
+
+class FednslClientApp(ClientApp):
+    """A Flower ClientApp serving the fednsl client of its SuperNode's partition (any stage, any method).
+
+    ``source`` fixes where clients come from (the simulation engine ships them); without it the method is
+    built from ``context.run_config["fednsl-config"]`` (deployment).
+    """
+
+    def __init__(self, source: ClientSource | None = None):
+        super().__init__()
+        self.source = source
+
+    def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        with self._lifespan(context):
+            mtype = message.metadata.message_type
+            if not validate_message_type(mtype):
+                raise ValueError(f"invalid Flower message type {mtype!r}")
+            if mtype == HELLO:
+                pid, num = _partition(context)
+                return FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": pid, "num-partitions": num})}),
+                                     reply_to=message)
+            return self._serve(message, context)
+
+    def _source(self, context: Context) -> ClientSource:
+        src = self.source
+        if src is None:
+            text = context.run_config.get("fednsl-config")
+            if not text:
+                raise ValueError("the Flower run config has no 'fednsl-config' (run the app written by "
+                                 "`fednsl flower app` or use `fednsl train --engine flower`)")
+            src = ConfigSource(str(text))
+        return _SOURCES.setdefault(src.key, src)
+
+    def _serve(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        request = from_recorddict(message.content)
+        source = self._source(context)
+        client, version, cid = self._client(source, context)
+        reply = client.handle(request)
+        self._store(context, client, version + 1, cid)
+        return FlowerMessage(to_recorddict(reply), reply_to=message)
+
+    @staticmethod
+    def _client(source: ClientSource, context: Context) -> tuple[Client, int, str]:
+        """The node's client as the previous message left it (process cache, else Context.state, else fresh)."""
+        pid, num = _partition(context)
+        ids = source.client_ids()
+        if num != len(ids) or not 0 <= pid < num:
+            raise ValueError(f"SuperNode {context.node_id}: partition-id={pid} num-partitions={num}, but the method "
+                             f"has {len(ids)} clients {ids}")
+        cid = ids[pid]
+        rec = context.state.config_records.get(NODE_RECORD)
+        version = int(rec["version"]) if rec is not None else 0
+        key = (context.run_id, context.node_id)
+        cached = _LIVE.get(key)
+        if cached is not None and cached[0] == version and rec is not None and rec["cid"] == cid:
+            return cached[1], version, cid
+        if rec is not None and rec["cid"] == cid and "client" in rec:
+            return pickle.loads(rec["client"]), version, cid
+        client = source.fresh_client(cid)
+        if rec is not None and rec["cid"] == cid and "state" in rec:
+            _load_state(client, rec["state"])
+        return client, version, cid
+
+    @staticmethod
+    def _store(context: Context, client: Client, version: int, cid: str) -> None:
+        try:
+            payload: dict[str, Any] = {"client": pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)}
+        except Exception:  # noqa: BLE001 - unpicklable client: keep its documented state_dict instead
+            payload = {"state": _dump_state(client)}
+        context.state.config_records[NODE_RECORD] = ConfigRecord({"version": version, "cid": cid, **payload})
+        _LIVE[(context.run_id, context.node_id)] = (version, client)
+
+
+#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower:client_app``).
+client_app = FednslClientApp()

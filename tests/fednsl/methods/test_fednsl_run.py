@@ -1,0 +1,197 @@
+"""FedNSL end to end on the federation core: privacy boundary, resume equality, bad input, planted-rule recall,
+and a DWIE smoke run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fednsl.config import RunConfig, load_config
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.methods.fednsl.client import FedNSLClient, rules_from_message
+from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
+from fednsl.pipeline import build_federation, train
+from kg.documents import Document
+
+TINY_GENERATOR = {"d_model": 32, "nhead": 2, "dim_feedforward": 64, "pretrain_epochs": 1, "epochs": 1,
+                  "samples_per_epoch": 1500, "batch_size": 128}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDNSL_CACHE", str(tmp_path / "cache"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_config(rounds: int = 2, **kwargs) -> RunConfig:
+    mk = {"num_samples": 30, "scorer_steps": 40, "generator": TINY_GENERATOR,
+          "backbone": {"name": "oracle", "drop": 0.3}, **kwargs}
+    return RunConfig(method="fednsl", rounds=rounds, seed=0, name="tiny",
+                     data={"path": "synthetic", "synthetic": {"num_documents": 60, "entities_per_doc": [6, 9]}},
+                     method_kwargs=mk, federation={"min_clients": 1})
+
+
+def server_rows(rows, stage):
+    return [r for r in rows if r["scope"] == "server" and r["stage"] == stage]
+
+
+SCHEMAS = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
+
+
+def test_privacy_only_declared_probabilities_ids_and_counts_leave_clients(tmp_path: Path) -> None:
+    ups: list[tuple[str, Message]] = []
+    cfg = small_config()
+    train(cfg, tmp_path / "run", progress=False, message_hook=lambda d, c, m: ups.append((c, m)) if d == "up" else None)
+    assert {m.kind for _, m in ups} == {"train.stats", "train", "evaluate"}
+    for cid, msg in ups:
+        schema = SCHEMAS[msg.kind]
+        specs = {s.name: s for s in schema.arrays}
+        assert set(msg.arrays) <= set(specs), (cid, msg.kind, set(msg.arrays) - set(specs))
+        for name, arr in msg.arrays.items():
+            kind = specs[name].kind
+            assert kind in ("distribution", "ids", "counts", "mask"), (name, kind)
+            if kind != "distribution":  # only distributions may carry floats
+                assert arr.dtype.kind in "iub", (name, arr.dtype)
+        assert set(msg.metrics) <= set(schema.metrics)
+        assert msg.config == {}
+        if msg.kind == "train":
+            post, mask = msg.arrays["posterior"], msg.arrays["mask"]
+            rows = mask.any(-1)
+            np.testing.assert_allclose(post[rows].sum(-1), 1.0, atol=1e-9)
+            assert np.all(post[~mask] == 0)
+
+
+def test_resume_after_round_one_gives_identical_rules(tmp_path: Path) -> None:
+    cfg = small_config(rounds=2)
+    full = train(cfg, tmp_path / "full", progress=False)
+    part_cfg = small_config(rounds=1)
+    train(part_cfg, tmp_path / "resumed", progress=False)
+    resumed = train(cfg, tmp_path / "resumed", resume=True, progress=False)
+    a = json.loads((tmp_path / "full" / "rules.json").read_text())
+    b = json.loads((tmp_path / "resumed" / "rules.json").read_text())
+    assert a == b
+    ev_a = server_rows(full.rows, "evaluate")[-1]
+    ev_b = server_rows(resumed.rows, "evaluate")[-1]
+    assert {k: v for k, v in ev_a.items() if "time" not in k} == {k: v for k, v in ev_b.items() if "time" not in k}
+    assert (tmp_path / "full" / "rules.tsv").exists() and (tmp_path / "full" / "plots" / "fednsl_f1_logic.png").exists()
+
+
+class Corrupting(Client):
+    """Wraps a FedNSL client and spoils its posterior: NaN, or rows that do not sum to 1."""
+
+    def __init__(self, inner: FedNSLClient, how: str):
+        self.inner, self.cid, self.how = inner, inner.cid, how
+
+    def train_stats(self, msg):
+        return self.inner.handle(msg)
+
+    def evaluate(self, msg):
+        return self.inner.handle(msg)
+
+    def train(self, msg):
+        reply = self.inner.handle(msg)
+        post = reply.arrays["posterior"].copy()
+        row = int(np.flatnonzero(reply.arrays["mask"].any(-1))[0])
+        if self.how == "nan":
+            post[row, 0] = np.nan
+        else:
+            post[row] *= 0.5
+        reply.arrays["posterior"] = post
+        return reply
+
+
+def test_bad_posteriors_are_dropped_with_a_message_and_the_round_completes(tmp_path: Path, caplog) -> None:
+    cfg = small_config(rounds=1)
+    fed = build_federation(cfg)
+    ids = sorted(fed.clients)
+    fed.clients[ids[0]] = Corrupting(fed.clients[ids[0]], "nan")
+    fed.clients[ids[1]] = Corrupting(fed.clients[ids[1]], "sum")
+    with caplog.at_level("WARNING", logger="fednsl"):
+        result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    row = server_rows(result.rows, "train")[0]
+    assert row["train.dropped"] == 2 and row["train.replies"] == len(ids) - 2
+    assert row["triples_updated"] > 0
+    text = caplog.text
+    assert "non-finite" in text and "do not sum to 1" in text
+    assert server_rows(result.rows, "evaluate")  # the round went on to evaluation
+
+
+def test_missing_queries_unknown_triples_and_empty_documents() -> None:
+    cfg = small_config(rounds=1)
+    fed = build_federation(cfg)
+    s = fed.strategy
+    cids = sorted(fed.clients)
+    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
+             for c in cids}
+    s.aggregate_train_stats(1, stats, {})
+    msg = s.configure_train(1, cids)
+    client: FedNSLClient = fed.clients[cids[0]]
+    # a triple never seen by the server: drop one of the client's triples from the rule set
+    rules = rules_from_message(msg.arrays)
+    mine = [t for t in range(rules.num_triples) if rules.mask[t].any()
+            and tuple(rules.triples[t, 1:].tolist()) in client.tables["train"].groups]
+    gone = mine[0]
+    keep = torch.tensor([t for t in range(rules.num_triples) if t != gone])
+    arrays = {k: v[keep.numpy()] for k, v in msg.arrays.items()}
+    r, a, b = rules.triples[gone].tolist()
+    g = client.tables["train"].groups[(a, b)]
+    reply = client.handle(Message("train", 1, arrays=arrays, config={**msg.config, "seed": 3}))
+    assert reply.metrics["facts_unknown_triple"] >= int(g.gold[:, r].sum()) > 0
+    # triples without local queries: all-zero, masked rows and zero instances
+    reply = client.handle(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 3}))
+    local = reply.arrays["instances"] > 0
+    assert (~local).any() and np.all(reply.arrays["posterior"][~local] == 0) and not reply.arrays["mask"][~local].any()
+    # an empty document inside a client's data is counted, not fatal
+    part = client.partition
+    empty = Document("EMPTY", [], np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
+    part.test.append(empty)
+    values = {**client.values, "EMPTY": np.zeros((0, 0, client.R), np.float32)}
+    c2 = FedNSLClient("x", part, values, client.R, client.options, golden_rules=client.golden)
+    assert c2.tables["seen_test"].empty_docs == 1
+    ev = c2.handle(Message("evaluate", 1, arrays=msg.arrays, config={**msg.config, "seed": 4}))
+    assert 0.0 <= ev.metrics["seen_f1"] <= 1.0
+
+
+def test_unknown_options_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown option"):
+        build_federation(small_config(kl_wieght=1.0))
+    with pytest.raises(ValueError, match="kl_direction"):
+        build_federation(small_config(kl_direction="sideways"))
+
+
+@pytest.mark.slow
+def test_planted_rules_on_top_on_the_synthetic_default(tmp_path: Path) -> None:
+    cfg = load_config("fednsl_synthetic")
+    result = train(cfg, tmp_path / "run", progress=False)
+    recall = server_rows(result.rows, "round")[-1]["planted_recall_top5"]
+    assert recall >= 0.8
+    store = json.loads((tmp_path / "run" / "rules.json").read_text())
+    assert store["meta"]["planted_recall_top5"] == recall
+    ev = server_rows(result.rows, "evaluate")[-1]
+    assert ev["seen_f1"] > ev["backbone_seen_f1"]
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_dwie_two_round_smoke(tmp_path: Path, dwie_dir: Path) -> None:
+    cfg = load_config("fednsl_dwie", [
+        "rounds=2", f"data.path={dwie_dir}", "data.max_docs=60", "method_kwargs.num_samples=20",
+        "method_kwargs.scorer_steps=30", "method_kwargs.backbone.text=hash", "method_kwargs.backbone.rounds=2",
+        "method_kwargs.backbone.hash_dim=64",
+        f"method_kwargs.generator={json.dumps(TINY_GENERATOR)}",
+    ])
+    result = train(cfg, tmp_path / "run", progress=False)
+    ev = server_rows(result.rows, "evaluate")
+    assert [r["round"] for r in ev] == [1, 2]
+    assert 0.0 <= ev[-1]["seen_f1"] <= 1.0 and "backbone_unseen_f1" in ev[-1]
+    store = json.loads((tmp_path / "run" / "rules.json").read_text())
+    assert store["relations"][0] == "citizen_of" and store["triples"]
+    assert "golden_rules" in store["meta"] and len(store["meta"]["golden_rules"]) == 39
