@@ -23,6 +23,7 @@ Writes bench/results/kifl.json and kifl.md.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -277,12 +278,19 @@ def markdown(results: dict[str, Any]) -> str:
               help="folder of the FashionMNIST idx files (default: /usr/share/datasets/fashion-mnist)")
 @click.option("--fractions", default=None,
               help="comma-separated data shares for the Table 2 study (default: 0.01,0.05,0.1,0.3; digits 0.05,0.1,0.3,0.5)")
+@click.option("--threads", default=1, show_default=True,
+              help="torch intra-op threads (1: small-batch training on a shared 2-core machine is far faster)")
 @click.option("--out", default=None, help="output JSON path (default bench/results/kifl[_quick].json; Markdown beside it)")
 def command(datasets: str, seeds: int, studies: str, quick: bool, covtype_path: str | None,
-            fmnist_path: str | None, fractions: str | None, out: str | None) -> None:
+            fmnist_path: str | None, fractions: str | None, threads: int, out: str | None) -> None:
     """KIFL §7: five approaches (TA/POV), data-size and λ studies; JSON + Markdown in bench/results/."""
     from bench._common import machine, write_result
 
+    if "torch" not in sys.modules:     # OMP's thread count is per thread: the engine's client threads need it too
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]
     paths = {"covtype": covtype_path, "fashion_mnist": fmnist_path}
     results: dict[str, Any] = {}

@@ -45,6 +45,7 @@ __all__ = [
     "LinearExpr",
     "RangeRule",
     "ScoreRule",
+    "conditions_from_box",
     "format_knowledge",
     "parse_condition",
     "parse_knowledge",
@@ -531,5 +532,3 @@ def conditions_from_box(features: Iterable[int], lower: Iterable[float | None],
             out.append(Condition(feat, "<=", LinearExpr((), float(hi))))
     return tuple(out)
 
-
-__all__.append("conditions_from_box")

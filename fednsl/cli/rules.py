@@ -236,47 +236,60 @@ def _npz(path: Path) -> dict[str, Any]:
 @command.command("explain")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
-    "--values", "values_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+    "--values", "values_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
     help="A document's value tensor as .npz: key 'values' (N,N,2R+1) or (N,N,R) in [0,1]; optional "
     "'entity_names' (N,) and 'entity_types' (N,).",
 )
+@click.option("--doc", "doc_id", default=None,
+              help="Instead of --values: a document id of the run; its data and backbone values are rebuilt from "
+              "RUN_DIR/config.yaml (a trained backbone is read from its cache).")
 @click.option("--head", "head", required=True, help="Head relation (name or id).")
-@click.option(
-    "--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names)."
-)
+@click.option("--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names).")
 @click.option("--client", default=None, help="Use this client's posterior, weights and bias.")
 @click.option("--types", nargs=2, default=None, help="Head and tail entity type (name or id) selecting the triple.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the K strongest bodies.")
-@click.option("--format", "fmt", type=TEXT_OR_JSON, default="text", show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
 def explain(
-    run_dir: Path, values_path: Path, head: str, pair: tuple[str, str], client: str | None,
+    run_dir: Path, values_path: Path | None, doc_id: str | None, head: str, pair: tuple[str, str], client: str | None,
     types: tuple[str, str] | None, top: int, fmt: str,
 ) -> None:
-    """Which rule bodies and entity paths support HEAD(H, T) in one document."""
+    """Which rule bodies and entity paths support HEAD(H, T) in one document (--values FILE or --doc DOC)."""
     store = _load(run_dir)
-    data = _npz(values_path)
-    if "values" in data:
-        values = data["values"]
+    if (values_path is None) == (doc_id is None):
+        raise click.ClickException("give exactly one of --values FILE.npz or --doc DOC")
+    if values_path is not None:
+        data = _npz(values_path)
+        if "values" in data:
+            values = data["values"]
+        else:
+            arrays = [k for k, v in data.items() if v.ndim == 3]
+            if len(arrays) != 1:
+                raise click.ClickException(f"{values_path}: expected a 'values' array (N,N,C); keys: {sorted(data)}")
+            values = data[arrays[0]]
+        names = [str(n) for n in data["entity_names"]] if "entity_names" in data else None
+        entity_types = data.get("entity_types")
     else:
-        arrays = [k for k, v in data.items() if v.ndim == 3]
-        if len(arrays) != 1:
-            raise click.ClickException(f"{values_path}: expected a 'values' array (N,N,C); keys: {sorted(data)}")
-        values = data[arrays[0]]
-    names = [str(n) for n in data["entity_names"]] if "entity_names" in data else None
+        from fednsl.methods.fednsl.data import document_values
+
+        try:
+            dv = document_values(run_dir if run_dir.is_dir() else run_dir.parent, doc_id)  # type: ignore[arg-type]
+        except (FileNotFoundError, KeyError, ValueError) as err:
+            raise click.ClickException(str(err.args[0]) if isinstance(err, KeyError) else str(err)) from err
+        values, names, entity_types = dv.values, dv.entity_names, dv.entity_types
+        click.echo(f"document {dv.doc_id} (client {dv.client}, {len(names)} entities)", err=True)
 
     def entity(x: str) -> int:
         if x.lstrip("-").isdigit():
             return int(x)
         if names is None or x not in names:
-            where = "" if names is None else " or a name in the file"
-            raise click.ClickException(f"entity {x!r} is not an index{where}")
+            raise click.ClickException(f"entity {x!r} is not an index{'' if names is None else ' or a name in the document'}")
         return names.index(x)
 
     try:
         result = explain_pair(
             values, store, head, (entity(pair[0]), entity(pair[1])), client=client,
             types=tuple(types) if types else None,  # type: ignore[arg-type]
-            entity_types=data.get("entity_types"), top=top,
+            entity_types=entity_types, top=top,
         )
     except (ValueError, KeyError, RuleSyntaxError) as err:
         raise click.ClickException(str(err)) from err

@@ -31,11 +31,12 @@ import os
 import pickle
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from flwr.app import Context, RecordDict
+from flwr.app import DEFAULT_TTL, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid, ServerApp
 
@@ -156,7 +157,7 @@ class GridRunner(InProcessRunner):
                      outgoing: Mapping[str, Message]) -> Iterator[tuple[str, protocol.Event, Message | None]]:
         """Push one Flower message per sampled client; yield (client, event, reply) as replies arrive."""
         budget = self.cfg.federation.client_timeout_s
-        ttl = None if budget is None else float(budget) + 60.0
+        ttl = None if budget is None else min(float(DEFAULT_TTL), float(budget) + 60.0)  # let the link expire it
         mtype = message_type(stage)
         pending: dict[str, str] = {}
         batch: list[tuple[str, FlowerMessage]] = []
@@ -256,17 +257,10 @@ class FlowerSimulationEngine:
         self.opts = options or GridOptions(node_wait_s=60.0, poll_s=0.02)
 
     def run(self) -> RunResult:
-        import ray
         from flwr.simulation import run_simulation
 
-        actors = max(1, int(self.cfg.federation.parallelism))
-        started_ray = not ray.is_initialized()
-        if started_ray:
-            path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
-            ray.init(num_cpus=actors, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
-                     log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
         holder: dict[str, RunResult] = {}
-        try:
+        with ray_runtime(max(1, int(self.cfg.federation.parallelism))) as ray:
             try:
                 blobs = {cid: pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL) for cid, c in self.fed.clients.items()}
                 source: ClientSource = ShippedSource(ray.put(blobs))
@@ -284,12 +278,31 @@ class FlowerSimulationEngine:
             backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
             run_simulation(app, FednslClientApp(source), num_supernodes=len(self.fed.clients),
                            backend_config=backend)
-        finally:
-            if started_ray:
-                ray.shutdown()
         if "result" not in holder:
             raise RuntimeError("the Flower simulation ended without a result (see the log above)")
         return holder["result"]
+
+
+@contextmanager
+def ray_runtime(actors: int = 1) -> Iterator[Any]:
+    """Ray for the simulation runtime: ``actors`` CPUs (one ClientApp actor each), no dashboard.
+
+    Started here → shut down on exit (no Ray processes outlive the run); already running → left alone, so
+    several simulations can share one Ray start.
+    """
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
+        ray.init(num_cpus=actors, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
+                 log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def restore_final_state(federation: Federation, run_dir: Path) -> int:
@@ -340,5 +353,5 @@ def register(engines: Any) -> None:
 
 
 __all__ = ["ENGINE_NAMES", "FednslClientApp", "FlowerDeploymentEngine", "FlowerSimulationEngine", "GridOptions",
-           "GridRunner", "build_method", "client_app", "config_from_text", "config_text", "register",
+           "GridRunner", "build_method", "client_app", "config_from_text", "config_text", "ray_runtime", "register",
            "restore_final_state", "server_app"]

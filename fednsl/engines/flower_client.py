@@ -210,25 +210,28 @@ class FednslClientApp(ClientApp):
 
     @staticmethod
     def _client(source: ClientSource, context: Context) -> tuple[Client, int, str]:
-        """The node's client as the previous message left it (process cache, else Context.state, else fresh)."""
+        """The node's client as the previous message left it (process cache, else Context.state, else fresh).
+
+        Only a node's first message builds (or fetches) the method's clients; later ones unpickle the node's own.
+        """
         pid, num = _partition(context)
+        rec = context.state.config_records.get(NODE_RECORD)
+        if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
+                str(context.run_id), pid, num):  # (Flower may carry Context.state over to a later run of a series)
+            cid, version = str(rec["cid"]), int(rec["version"])
+            cached = _LIVE.get((context.run_id, context.node_id))
+            if cached is not None and cached[0] == version:
+                return cached[1], version, cid
+            if "client" in rec:
+                return pickle.loads(rec["client"]), version, cid
+            client = source.fresh_client(cid)
+            _load_state(client, rec["state"])
+            return client, version, cid
         ids = source.client_ids()
         if num != len(ids) or not 0 <= pid < num:
             raise ValueError(f"SuperNode {context.node_id}: partition-id={pid} num-partitions={num}, but the method "
                              f"has {len(ids)} clients {ids}")
-        cid = ids[pid]
-        rec = context.state.config_records.get(NODE_RECORD)
-        version = int(rec["version"]) if rec is not None else 0
-        key = (context.run_id, context.node_id)
-        cached = _LIVE.get(key)
-        if cached is not None and cached[0] == version and rec is not None and rec["cid"] == cid:
-            return cached[1], version, cid
-        if rec is not None and rec["cid"] == cid and "client" in rec:
-            return pickle.loads(rec["client"]), version, cid
-        client = source.fresh_client(cid)
-        if rec is not None and rec["cid"] == cid and "state" in rec:
-            _load_state(client, rec["state"])
-        return client, version, cid
+        return source.fresh_client(ids[pid]), 0, ids[pid]
 
     @staticmethod
     def _store(context: Context, client: Client, version: int, cid: str) -> None:
@@ -236,7 +239,10 @@ class FednslClientApp(ClientApp):
             payload: dict[str, Any] = {"client": pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)}
         except Exception:  # noqa: BLE001 - unpicklable client: keep its documented state_dict instead
             payload = {"state": _dump_state(client)}
-        context.state.config_records[NODE_RECORD] = ConfigRecord({"version": version, "cid": cid, **payload})
+        pid, num = _partition(context)
+        context.state.config_records[NODE_RECORD] = ConfigRecord(
+            {"version": version, "cid": cid, "run-id": str(context.run_id),  # a uint64: too big for a config int
+             "partition-id": pid, "num-partitions": num, **payload})
         _LIVE[(context.run_id, context.node_id)] = (version, client)
 
 

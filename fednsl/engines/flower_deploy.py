@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
@@ -132,7 +132,18 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _group_alive(self) -> bool:
+    def group_alive(self) -> bool:
+        """Whether any process of the group still runs (zombies waiting to be reaped do not count)."""
+        proc_dir = Path("/proc")
+        if proc_dir.is_dir():
+            for stat in proc_dir.glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if int(fields[2]) == self.pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+                    return True
+            return False
         try:
             os.killpg(self.pgid, 0)
             return True
@@ -148,22 +159,23 @@ class ManagedProcess:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the group, wait, then SIGKILL whatever is left of it (bounded waits)."""
         self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
+        self.wait_stopped(timeout_s)
+
+    def wait_stopped(self, timeout_s: float = 10.0) -> None:
+        """After SIGTERM: wait up to ``timeout_s`` for the group to exit, then SIGKILL what is left."""
         deadline = time.monotonic() + timeout_s
-        while self._group_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._group_alive():
+        while (self.proc.poll() is None or self.group_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.group_alive():
             self.signal(signal.SIGKILL)
             deadline = time.monotonic() + 5.0
-            while self._group_alive() and time.monotonic() < deadline:
+            while self.group_alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
 
     def kill(self) -> None:
         """SIGKILL the whole group now (a crash, for tests)."""
@@ -338,11 +350,12 @@ def write_app(app_dir: Path, config: RunConfig, run_dir: Path, *, resume: bool =
 
     app_dir = Path(app_dir)
     app_dir.mkdir(parents=True, exist_ok=True)
+    config = replace(config, engine="flower")
     doc = {
         "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
         "project": {"name": "fednsl-flower-app", "version": __version__,
                     "description": f"fednsl {config.method} ({config.name}) on Flower",
-                    "dependencies": []},
+                    "license": "MIT", "dependencies": []},
         "tool": {
             "hatch": {"build": {"targets": {"wheel": {"packages": ["."]}}}},
             "flwr": {"app": {
@@ -504,9 +517,11 @@ class LocalFederation:
         self.supernodes[i].kill()
 
     def stop(self) -> None:
-        """Stop every SuperNode, then the SuperLink (each by process group; bounded waits)."""
+        """Stop the SuperNodes (all at once), then the SuperLink; each by process group, with bounded waits."""
         for proc in self.supernodes:
-            proc.stop()
+            proc.signal(signal.SIGTERM)
+        for proc in self.supernodes:
+            proc.wait_stopped()
         if self.superlink is not None:
             self.superlink.stop()
 

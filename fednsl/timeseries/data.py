@@ -38,7 +38,6 @@ original units (offset 0, scale 1).  An MSE on the normalised scale converts to 
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from kg.grounding.checks import GroundingInputError, check_bodies, check_semiring, check_values, tensor_amax
-from kg.grounding.kernels import maxprod_pairs, pick_backend, sumprod_pairs
+from kg.grounding.kernels import fill_channels, gather_rows, maxprod_pairs, pick_backend, sumprod_pairs
 from kg.grounding.plan import BodyPlan, build_plan
 
 
@@ -148,11 +148,11 @@ def node_table(
     n_docs, n, _, n_channels = values.shape
     offsets = level_offsets(plan, n_channels)
     table = values.new_empty(n_docs, offsets[-1], n, n)
-    table[:, :n_channels] = values.permute(0, 3, 1, 2)
+    backend = pick_backend(backend, table, table)
+    fill_channels(values, table, backend)
     arg = None
     if want_arg:
         arg = torch.empty(n_docs, offsets[-1] - n_channels, n, n, dtype=torch.int32, device=values.device)
-    backend = pick_backend(backend, table, table)
     for k, (parents, tokens) in enumerate(zip(plan.parents, plan.tokens), start=2):
         parent_rows = parents if k == 2 else parents + offsets[k - 2]
         dest = offsets[k - 1] + np.arange(len(parents))
@@ -195,6 +195,6 @@ def path_scores(
     if eps < 0 or (eps > 0 and semiring != "max-product"):
         raise GroundingInputError(f"eps must be >= 0 and is only defined for max-product (got {eps} with {semiring})")
     plan = prepare(values, bodies, stay_id, validate)
+    backend = pick_backend(backend, values, values)
     table, offsets, _ = node_table(values, plan, semiring, eps=eps, backend=backend)
-    rows = torch.as_tensor(body_rows(plan, offsets), device=table.device)
-    return table.index_select(1, rows)
+    return gather_rows(table, body_rows(plan, offsets), backend)

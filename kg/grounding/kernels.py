@@ -135,6 +135,45 @@ if HAVE_NUMBA:
                             arow[j] = k
 
 
+    @numba.njit(cache=True, nogil=True)
+    def _fill_channels_nb(values, table):  # pragma: no cover - compiled
+        """table[b, c, h, t] = values[b, h, t, c] for c < C (channel-major copy of the values)."""
+        n_docs, n_heads, n_tails, n_ch = values.shape
+        for b in range(n_docs):
+            for h in range(n_heads):
+                for t in range(n_tails):
+                    for c in range(n_ch):
+                        table[b, c, h, t] = values[b, h, t, c]
+
+    @numba.njit(cache=True, nogil=True)
+    def _gather_rows_nb(table, rows, out, j0, j1):  # pragma: no cover - compiled
+        """out[b, j] = table[b, rows[j]] for j in [j0, j1)."""
+        for b in range(table.shape[0]):
+            for j in range(j0, j1):
+                out[b, j] = table[b, rows[j]]
+
+
+def fill_channels(values: torch.Tensor, table: torch.Tensor, backend: str) -> None:
+    """table[:, :C] = values (B, N, N, C) permuted to (B, C, N, N); single-threaded numba copy on the numba backend
+    (a torch copy opens an OpenMP region, slow to start on a busy machine)."""
+    if backend == "numba":
+        _fill_channels_nb(values.detach().contiguous().numpy(), table.numpy())
+    else:
+        table[:, : values.shape[-1]] = values.permute(0, 3, 1, 2)
+
+
+def gather_rows(table: torch.Tensor, rows: np.ndarray, backend: str) -> torch.Tensor:
+    """out[:, j] = table[:, rows[j]] → (B, J, N, N)."""
+    if backend != "numba":
+        return table.index_select(1, torch.as_tensor(rows, device=table.device))
+    n_docs, _, n1, n2 = table.shape
+    out = table.new_empty(n_docs, len(rows), n1, n2)
+    if len(rows):
+        args = (table.numpy(), _as_index(rows), out.numpy())
+        _run_sliced(_gather_rows_nb, args, len(rows), n_docs * len(rows) * n1 * n2)
+    return out
+
+
 def numba_usable(S: torch.Tensor, V: torch.Tensor) -> bool:
     """Whether the numba kernel can take these operands (CPU, same float32/float64 dtype, no autograd)."""
     needs_grad = torch.is_grad_enabled() and (S.requires_grad or V.requires_grad)
@@ -166,8 +205,9 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
 
 
-def _run_sliced(kernel, args: tuple, n_pairs: int, n_docs: int, n: int, tail: tuple = ()) -> None:
-    """Run ``kernel(*args, g0, g1, *tail)`` over slices of the pairs on up to torch.get_num_threads() threads.
+def _run_sliced(kernel, args: tuple, n_pairs: int, work: int, tail: tuple = ()) -> None:
+    """Run ``kernel(*args, g0, g1, *tail)`` over slices of [0, n_pairs) on up to torch.get_num_threads() threads
+    (``work``: total elementary operations, to skip threads for small jobs).
 
     The calling thread works too and helpers take slices from a shared iterator, so a helper that the OS schedules
     late (a busy machine) finds no work left instead of holding up the level.
@@ -175,7 +215,7 @@ def _run_sliced(kernel, args: tuple, n_pairs: int, n_docs: int, n: int, tail: tu
     global _POOL, _POOL_SIZE
     n_threads = max(1, torch.get_num_threads())
     # below ~1M multiply-max operations a thread hand-off costs more than it saves
-    n_threads = min(n_threads, n_pairs, max(1, (n_pairs * n_docs * n**3) // (1 << 20)))
+    n_threads = min(n_threads, n_pairs, max(1, work // (1 << 20)))
     if n_threads == 1:
         kernel(*args, 0, n_pairs, *tail)
         return
@@ -244,10 +284,11 @@ def maxprod_pairs(
             float(eps),
             out.numpy(),
         )
+        work = len(parents) * S.shape[0] * S.shape[2] * S.shape[3] * V.shape[3]
         if arg is None:
-            _run_sliced(_maxprod_nb, args, len(parents), S.shape[0], S.shape[-1])
+            _run_sliced(_maxprod_nb, args, len(parents), work)
         else:
-            _run_sliced(_maxprod_arg_nb, args, len(parents), S.shape[0], S.shape[-1], (arg.numpy(),))
+            _run_sliced(_maxprod_arg_nb, args, len(parents), work, (arg.numpy(),))
         return
     _maxprod_torch(S, V, parents, tokens, out, out_index, eps=eps, arg=arg)
 

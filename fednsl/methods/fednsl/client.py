@@ -69,7 +69,8 @@ def rules_to_arrays(rules: RuleSet) -> dict[str, np.ndarray]:
 def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> ScorerOptions:
     """Scorer options sent by the server in ``msg.config`` (falling back to the client's defaults)."""
     fields = {k: config[k] for k in ("kl_weight", "kl_direction", "prior_source", "count_correction",
-                                    "pass_through", "posterior_instances", "steps", "lr", "weight_decay")
+                                    "pass_through", "posterior_instances", "steps", "lr", "weight_decay", "bias_init",
+                                    "transfer_top")
               if k in config}
     base = default.__dict__ | fields
     return ScorerOptions(**base)

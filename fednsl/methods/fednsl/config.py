@@ -44,6 +44,7 @@ _CHOICES = {
     "pool_mode": ("momentum", "mixture"),
     "path_score": ("graph", "cached_path", "max_edge"),
     "mining_edges": ("backbone", "combo", "all"),
+    "scorer_bias_init": ("base_rate", "uniform"),
 }
 
 
@@ -81,8 +82,10 @@ class FedNSLConfig:
     posterior_instances: str = "positive"  # instances averaged into q_t: positives, or all cells (LogiRE)
     pass_through: bool = True         # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
     scorer_steps: int = 150
-    scorer_lr: float = 0.05
+    scorer_lr: float = 0.1
     scorer_weight_decay: float = 0.0
+    scorer_bias_init: str = "base_rate"  # b_t at the local positive-rate logit, or "uniform" U(-1,1) (LogiRE)
+    transfer_top: int = 5             # transfer scorer: best of the k most probable bodies
     pool_mode: str = "momentum"       # server pool update (spec §8.9): LogiRE momentum or A.10 mixture
     pool_ratio: float = 0.1
     pool_samples: int = 1000          # posterior samples per triple in mixture mode
@@ -120,7 +123,9 @@ class FedNSLConfig:
                              prior_source=self.prior_source, count_correction=self.count_correction,  # type: ignore[arg-type]
                              pass_through=self.pass_through,
                              posterior_instances=self.posterior_instances,  # type: ignore[arg-type]
-                             steps=self.scorer_steps, lr=self.scorer_lr, weight_decay=self.scorer_weight_decay)
+                             steps=self.scorer_steps, lr=self.scorer_lr, weight_decay=self.scorer_weight_decay,
+                             bias_init=self.scorer_bias_init,  # type: ignore[arg-type]
+                             transfer_top=self.transfer_top)
 
     def backbone_spec(self) -> tuple[str, dict[str, Any]]:
         opts = dict(self.backbone)

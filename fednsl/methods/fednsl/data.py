@@ -20,7 +20,7 @@ from kg.documents import Corpus, DataError
 from kg.split import ClientPartition, NerGroupSplit, eligible_documents, split_clients
 from rules.fol import RelationVocab, read_rules
 
-__all__ = ["FedNSLData", "load_fednsl_corpus", "build_data", "client_id"]
+__all__ = ["FedNSLData", "DocumentValues", "load_fednsl_corpus", "build_data", "client_id", "document_values"]
 
 log = logging.getLogger("fednsl.methods.fednsl")
 
@@ -133,3 +133,41 @@ def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNS
     gold, kind = golden_rules(corpus, data)
     return FedNSLData(corpus, parts, cdocs, values, gold, kind, summary,
                       {"data_s": t1 - t0, "backbone_prepare_s": t2 - t1, "backbone_values_s": t3 - t2})
+
+
+@dataclass
+class DocumentValues:
+    """One document of a finished run, as its client sees it: backbone values and entity names/types."""
+
+    doc_id: str
+    client: str
+    values: np.ndarray  # (N, N, R)
+    entity_names: list[str]
+    entity_types: np.ndarray
+
+
+def document_values(run_dir: str | Path, doc_id: str) -> DocumentValues:
+    """Rebuild a FedNSL run's data from RUN_DIR/config.yaml and return one document's backbone values
+    (``fednsl rules explain RUN_DIR --doc DOC``). A trained backbone is read from its cache when present."""
+    import yaml
+
+    from fednsl.config import RunConfig
+    from fednsl.registry import build_kwargs
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: --doc needs the run's config.yaml")
+    config = RunConfig.from_dict(yaml.safe_load(path.read_text()), where=str(path))
+    if config.method != "fednsl":
+        raise ValueError(f"{path}: method {config.method!r} is not fednsl")
+    cfg = build_kwargs(FedNSLConfig, config.method_kwargs, "method_kwargs (fednsl)")
+    data_cfg = build_kwargs(FedNSLDataConfig, config.data, "data (fednsl)")
+    data = build_data(data_cfg, cfg, config.seed)
+    for c in data.client_docs:
+        for d in c.documents:
+            if d.doc_id == doc_id:
+                return DocumentValues(doc_id, c.cid, data.values[doc_id], list(d.entity_names),
+                                      np.asarray(d.entity_types))
+    known = [d.doc_id for c in data.client_docs for d in c.documents]
+    raise KeyError(f"document {doc_id!r} is not among the run's {len(known)} client documents "
+                   f"(e.g. {', '.join(known[:5])})")

@@ -24,6 +24,7 @@ uses the *transfer scorer*, three parameters fitted on the same local instances:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,7 +42,7 @@ from fednsl.methods.fednsl.posterior import (
 )
 
 __all__ = ["RuleSet", "Instances", "ScorerOptions", "FittedScorer", "TransferScorer", "fit_scorer",
-           "fit_transfer", "posterior_of", "predict_logits"]
+           "fit_transfer", "posterior_of", "predict_logits", "transfer_features"]
 
 
 @dataclass
@@ -107,9 +108,11 @@ class ScorerOptions:
     pass_through: bool = True
     posterior_instances: Literal["all", "positive"] = "positive"
     steps: int = 150
-    lr: float = 0.05
+    lr: float = 0.1
     weight_decay: float = 0.0
+    bias_init: Literal["uniform", "base_rate"] = "base_rate"
     transfer_steps: int = 100
+    transfer_top: int = 5
 
 
 @dataclass
@@ -125,9 +128,11 @@ class FittedScorer:
 
 @dataclass
 class TransferScorer:
-    """κ (rule evidence), κ_u (pass-through), β (bias) shared by all triples."""
+    """κ (prior-weighted rule evidence), κ_top (best top-k prior body), κ_u (pass-through), β (bias), shared
+    by all triples."""
 
     kappa: float = 1.0
+    kappa_top: float = 0.0
     kappa_pass: float = 1.0
     beta: float = 0.0
 
@@ -168,12 +173,22 @@ def posterior_of(inst: Instances, rules: RuleSet, w: torch.Tensor, b: torch.Tens
 
 def fit_scorer(inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: torch.Generator,
                dtype: torch.dtype = torch.float32) -> FittedScorer:
-    """Minimise BCE + λ·KL over (w, u, b) from a fresh U(−1, 1) initialisation drawn from ``generator``."""
+    """Minimise BCE + λ·KL over (w, u, b) from a fresh initialisation: w, u ~ U(−1, 1) from ``generator``;
+    b at the logit of the triple's local positive rate (``bias_init="base_rate"``) or U(−1, 1) (LogiRE)."""
     T, J = rules.num_triples, rules.num_bodies
     mask = rules.mask
     w0 = (torch.rand(T, J, generator=generator, dtype=torch.float64) * 2 - 1) * mask
     u0 = torch.rand(T, generator=generator, dtype=torch.float64) * 2 - 1
     b0 = torch.rand(T, generator=generator, dtype=torch.float64) * 2 - 1
+    if opts.bias_init == "base_rate" and len(inst):
+        # start each fitted triple's bias at the logit of its local positive rate (fewer steps to calibrate)
+        w_inst = torch.ones(len(inst), dtype=torch.float64) if inst.weight is None else inst.weight.double()
+        pos = torch.zeros(T, dtype=torch.float64).index_add(0, inst.tri, w_inst * inst.y.double())
+        tot = torch.zeros(T, dtype=torch.float64).index_add(0, inst.tri, w_inst)
+        rate = (pos / tot.clamp_min(1e-12)).clamp(1e-4, 1 - 1e-4)
+        b0 = torch.where(tot > 0, torch.log(rate / (1 - rate)), b0)
+    elif opts.bias_init not in ("uniform", "base_rate"):
+        raise ValueError(f"bias_init must be 'uniform' or 'base_rate', got {opts.bias_init!r}")
     w = w0.to(dtype).requires_grad_(True)
     u = u0.to(dtype).requires_grad_(True)
     b = b0.to(dtype).requires_grad_(True)
@@ -209,34 +224,45 @@ def fit_scorer(inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: 
     return FittedScorer((w * maskf).detach(), u.detach(), b.detach(), fitted, history)
 
 
-def _transfer_feature(inst: Instances, prior: torch.Tensor) -> torch.Tensor:
-    return (inst.phi.double() * prior.double()[inst.tri]).sum(-1)
+def transfer_features(inst: Instances, prior: torch.Tensor, top: int) -> torch.Tensor:
+    """(M, 2) float64: Σ_j p_tj φ_ij and max_j φ_ij over the ``top`` bodies of highest prior p_tj."""
+    p = prior.double()[inst.tri]
+    phi = inst.phi.double()
+    k = max(1, min(top, p.shape[1])) if p.shape[1] else 0
+    if k == 0:
+        return torch.zeros(len(inst), 2, dtype=torch.float64)
+    idx = torch.topk(prior.double(), k, dim=1).indices[inst.tri]
+    keep = torch.gather(p, 1, idx) > 0
+    best = torch.where(keep, torch.gather(phi, 1, idx), torch.zeros((), dtype=torch.float64)).amax(1)
+    return torch.stack([(phi * p).sum(-1), best], 1)
 
 
 def fit_transfer(inst: Instances, rules: RuleSet, opts: ScorerOptions) -> TransferScorer:
-    """Fit (κ, κ_u, β) by BCE with L-BFGS from (1, 1, 0) (deterministic; no randomness)."""
+    """Fit (κ, κ_top, κ_u, β) by BCE with L-BFGS from (1, 0, 1, 0) (deterministic; no randomness)."""
     if len(inst) == 0:
         return TransferScorer()
     prior = rules.prior(opts.prior_source)
-    f = _transfer_feature(inst, prior)
-    x = inst.passthrough.double()
+    f = transfer_features(inst, prior, opts.transfer_top)
+    x = inst.passthrough.double() if opts.pass_through else torch.zeros(len(inst), dtype=torch.float64)
+    X = torch.cat([f, x[:, None]], 1)
     y = inst.y.double()
     wt = None if inst.weight is None else inst.weight.double()
-    theta = torch.tensor([1.0, 1.0 if opts.pass_through else 0.0, 0.0], dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max(1, opts.transfer_steps), line_search_fn="strong_wolfe")
+    theta = torch.tensor([1.0, 0.0, 1.0 if opts.pass_through else 0.0], dtype=torch.float64, requires_grad=True)
+    beta = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([theta, beta], lr=1.0, max_iter=max(1, opts.transfer_steps), line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        s = theta[0] * f + (theta[1] * x if opts.pass_through else 0.0) + theta[2]
-        loss = _bce(s, y, wt) + 1e-4 * (theta[:2] ** 2).sum()
+        loss = _bce(X @ theta + beta, y, wt) + 1e-4 * (theta ** 2).sum()
         loss.backward()
         return loss
 
     opt.step(closure)
     k = theta.detach()
-    if not bool(torch.isfinite(k).all()):
+    b = float(beta.detach())
+    if not (bool(torch.isfinite(k).all()) and math.isfinite(b)):
         return TransferScorer()
-    return TransferScorer(float(k[0]), float(k[1]) if opts.pass_through else 0.0, float(k[2]))
+    return TransferScorer(float(k[0]), float(k[1]), float(k[2]) if opts.pass_through else 0.0, b)
 
 
 def predict_logits(inst: Instances, rules: RuleSet, fitted: FittedScorer | None, transfer: TransferScorer,
@@ -244,8 +270,8 @@ def predict_logits(inst: Instances, rules: RuleSet, fitted: FittedScorer | None,
     """Logits (M,) float64: the fitted per-triple scorer where the triple was fitted (and ``personalised``),
     else the transfer scorer."""
     prior = rules.prior(opts.prior_source)
-    f = _transfer_feature(inst, prior)
-    s_transfer = transfer.kappa * f + transfer.beta
+    f = transfer_features(inst, prior, opts.transfer_top)
+    s_transfer = transfer.kappa * f[:, 0] + transfer.kappa_top * f[:, 1] + transfer.beta
     if opts.pass_through:
         s_transfer = s_transfer + transfer.kappa_pass * inst.passthrough.double()
     if fitted is None or not personalised:

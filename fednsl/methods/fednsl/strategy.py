@@ -154,9 +154,8 @@ class FedNSLStrategy(Strategy):
         t0 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.pretrain_epochs, "pretrain")
         self.initialised = True
-        return {"triples": len(self.pool), "pool_chains": self.pool.num_chains, "clients": len(replies),
-                "failures": len(failures), "pretrain_loss": losses[-1] if losses else 0.0,
-                "time_generator_s": time.perf_counter() - t0}
+        return {"triples": len(self.pool), "pool_chains": self.pool.num_chains,
+                "pretrain_loss": losses[-1] if losses else 0.0, "time_generator_s": time.perf_counter() - t0}
 
     def _train_generator(self, rnd: int, epochs: int, purpose: str) -> list[float]:
         if epochs <= 0 or self.pool.num_chains == 0:
@@ -184,7 +183,8 @@ class FedNSLStrategy(Strategy):
         return {"kl_weight": float(c.kl_weight), "kl_direction": c.kl_direction, "prior_source": c.prior_source,
                 "count_correction": bool(c.count_correction), "pass_through": bool(c.pass_through),
                 "posterior_instances": c.posterior_instances, "steps": int(c.scorer_steps), "lr": float(c.scorer_lr),
-                "weight_decay": float(c.scorer_weight_decay)}
+                "weight_decay": float(c.scorer_weight_decay), "bias_init": c.scorer_bias_init,
+                "transfer_top": int(c.transfer_top)}
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         if not self.initialised:
@@ -240,11 +240,16 @@ class FedNSLStrategy(Strategy):
         self._record(rnd, rules, agg, has, client_post, client_inst)
         if stray:
             log.warning("round %d: %d posterior entries on bodies the server did not send were ignored", rnd, stray)
-        return {"triples_updated": int(has.sum()), "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
-                "triples_without_bodies": int((~rules.mask.any(-1)).sum()), "stray_entries": stray,
-                "clients": len(replies), "failures": len(failures), "pool_chains": self.pool.num_chains,
-                "bodies_sent": int(rules.mask.sum()), "generator_loss": losses[-1] if losses else 0.0,
-                "time_aggregate_s": t1 - t0, "time_generator_s": t2 - t1}
+        out: Metrics = {"triples_updated": int(has.sum()),
+                        "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
+                        "pool_chains": self.pool.num_chains, "generator_loss": losses[-1] if losses else 0.0,
+                        "time_aggregate_s": t1 - t0, "time_generator_s": t2 - t1}
+        empty = int((~rules.mask.any(-1)).sum())
+        if empty:
+            out["triples_without_bodies"] = empty
+        if stray:
+            out["stray_entries"] = stray
+        return out
 
     def _record(self, rnd: int, rules: RuleSet, agg: torch.Tensor, has: torch.Tensor,
                 client_post: Mapping[str, Mapping[tuple[int, int, int], np.ndarray]],
@@ -281,11 +286,13 @@ class FedNSLStrategy(Strategy):
                 f1s = [r.metrics[f"{key}_f1"] for r in replies.values() if f"{key}_f1" in r.metrics]
                 if f1s:
                     out[f"{key}_f1"] = float(np.mean(f1s))
-                    out[f"{key}_ign_f1"] = float(np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()]))
-                tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
-                npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
-                ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
-                out[f"{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
+                    if not prefix:  # Ign-F1 and micro-F1 of the rule model (the backbone row keeps F1 + logic)
+                        out[f"{key}_ign_f1"] = float(np.mean([r.metrics.get(f"{key}_ign_f1", 0.0)
+                                                              for r in replies.values()]))
+                        tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
+                        npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
+                        ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
+                        out[f"{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
                 body = [r.arrays[f"logic_body_{key}"] for r in replies.values() if f"logic_body_{key}" in r.arrays]
                 corr = [r.arrays[f"logic_correct_{key}"] for r in replies.values() if f"logic_correct_{key}" in r.arrays]
                 if body:

@@ -19,6 +19,7 @@ from fednsl.methods.fedstl.strategy import FedSTLStrategy
 from fednsl.registry import build_kwargs, register_method
 from fednsl.timeseries.federated import make_clients, ts_setup
 from fednsl.timeseries.models import get_weights
+from fednsl.timeseries.properties import has_band
 
 __all__ = ["FedSTLClient", "FedSTLConfig", "FedSTLStrategy", "alignment_losses", "assign", "build_fedstl",
            "cluster_id", "cluster_predictions"]
@@ -28,7 +29,7 @@ __all__ = ["FedSTLClient", "FedSTLConfig", "FedSTLStrategy", "alignment_losses",
 def build_fedstl(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedSTLConfig, config.method_kwargs, "method_kwargs (fedstl)")
     setup = ts_setup(config, cfg)
-    if cfg.lp in ("l1", "squared") and not _band(setup):
+    if cfg.lp in ("l1", "squared") and not has_band(setup.template):
         raise ValueError(f"method_kwargs (fedstl): lp={cfg.lp!r} needs a band template (operational_range), "
                          f"got {setup.template.name!r}; use lp='violation'")
     initial = [get_weights(setup.new_model(setup.model_seed("cluster", j))) for j in range(cfg.num_clusters)]
@@ -39,8 +40,3 @@ def build_fedstl(config: RunConfig) -> Federation:
     summary = {**setup.summary(), "num_clusters": cfg.num_clusters, "rule": cfg.rule,
                "train_examples": int(sum(c.num_examples for c in clients.values()))}
     return Federation(strategy, clients, summary)
-
-
-def _band(setup) -> bool:
-    from fednsl.timeseries.properties import has_band
-    return has_band(setup.template)

@@ -3,10 +3,11 @@
 * ``share`` (round 1): sends its desensitised sample D_i^s (a seeded random ``shared_fraction`` of its
   training windows, as in the code's 50 % shared half) and its mined property φ_i (parameter vector) —
   the only data and property that leave the client, as in the paper.
-* ``train``: loads the cluster's shared layers ϕ_j beside its own private head h_i (line 6), runs τ
+* ``train``: loads the cluster's shared layers ϕ_j beside its own private head h_i (line 6; before its
+  first update, the cluster's head when sent), runs τ
   epochs of SGD on Eq. 2 ``MSE + λ·L_p(φ_i, ŷ)`` (lines 7–9) and sends back ϕ_i (line 10); it keeps
   θ_i = (ϕ_i, h_i) as its deployed model.
-* ``evaluate``: the client row from θ_i (before its first training: ϕ_j + its initial head), the
+* ``evaluate``: the client row from θ_i (before its first training: ϕ_j + the cluster or initial head), the
   cluster row ("-S") from the cluster's full model, the teacher row ("-T") = projection of the client
   forecast onto φ_i.
 """
@@ -44,8 +45,15 @@ class FedSTLClient(ForecastClient):
                          metrics={"num_examples": self.num_examples, "num_shared": len(idx)})
 
     def _load_cluster(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """ϕ_j from the cluster beside the client's own head h_i."""
-        head = {k: self.local[k] for k in self.model.head_keys()} if self.local is not None else None
+        """ϕ_j from the cluster beside the client's own head h_i (Alg. 2 line 6).  Before its first
+        update the client has no head of its own: it takes the cluster head when one was sent
+        (``head_init="cluster"``), else keeps its random initial head."""
+        if self.local is not None:
+            head = {k: self.local[k] for k in self.model.head_keys()}
+        elif all(k in arrays for k in self.model.head_keys()):
+            head = {k: arrays[k] for k in self.model.head_keys()}
+        else:
+            head = None
         set_weights(self.model, {k: arrays[k] for k in self.model.shared_keys()})
         if head is not None:
             set_weights(self.model, head)

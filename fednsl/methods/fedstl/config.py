@@ -10,6 +10,7 @@ from fednsl.timeseries.properties import LP_KINDS
 RULES = ("argmin", "balanced")
 MEASURES = ("lp", "violation", "robustness", "unsatisfied")
 CLUSTER_PROPERTIES = ("cluster", "owner")
+HEAD_INITS = ("cluster", "own")
 
 
 @dataclass
@@ -30,6 +31,8 @@ class FedSTLConfig(TSTrainConfig):
     cluster_lr: float | None = None   # η_j of Eq. 4 (None: lr)
     cluster_property: str = "cluster"  # Eq. 4 φ_j: "cluster" (mined on the cluster's data) | "owner" (each
     #                                   sample under its owner's φ_i)
+    head_init: str = "cluster"        # a client's head before its first update: "cluster" (copy of the cluster
+    #                                   head it joins) | "own" (its random initial head)
     shared_fraction: float = 0.5      # share of each client's training windows sent as D_i^s (code: 50 %)
     sample_size: int | None = None    # windows per client scored by CLUSTER_ID (None: min over clients)
 
@@ -49,5 +52,7 @@ class FedSTLConfig(TSTrainConfig):
             raise ValueError(f"shared_fraction must be in (0, 1], got {self.shared_fraction}")
         if self.cluster_every < 1 or self.cluster_epochs < 0 or self.lam < 0:
             raise ValueError("need cluster_every >= 1, cluster_epochs >= 0, lam >= 0")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"head_init must be one of {HEAD_INITS}, got {self.head_init!r}")
         if self.cluster_property == "owner" and self.lp == "violation":
             raise ValueError("cluster_property='owner' needs a band L_p (lp='l1' or 'squared')")

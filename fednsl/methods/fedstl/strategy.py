@@ -7,7 +7,8 @@ D_i^s its members sent (P_j = ∪_{i∈S_j} D_i^s).  Per round ``t``:
    ``final_round_all``, as in the code);
 2. every ``cluster_every`` rounds, CLUSTER_ID (Alg. 1, :mod:`~fednsl.methods.fedstl.cluster_id`)
    re-assigns the sampled clients by property alignment; other clients keep their cluster;
-3. each sampled client receives its cluster's ϕ_j (line 4) and returns ϕ_i after τ local epochs;
+3. each sampled client receives its cluster's ϕ_j (line 4; with ``head_init="cluster"`` the cluster head
+   too, which a client adopts only before its first update) and returns ϕ_i after τ local epochs;
 4. each cluster with returns: ϕ_j ← Σ n_i ϕ_i / Σ n_i (line 13, weighted by training windows), then
    κ epochs of SGD on Eq. 4 ``MSE + λ·L_p(φ_j, ŷ)`` over P_j (lines 14–16) for the whole cluster
    model; φ_j is mined on P_j's targets (``cluster_property="cluster"``) or each sample keeps its
@@ -33,10 +34,10 @@ from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema
 from fednsl.federation.roles import Metrics
 from fednsl.methods.fedstl.cluster_id import cluster_id
 from fednsl.methods.fedstl.config import FedSTLConfig
+from fednsl.timeseries.federated import TSStrategy
 from fednsl.timeseries.models import Forecaster, get_weights, set_weights
 from fednsl.timeseries.properties import ClientProperty, band_loss, mine_property, property_loss, stack_bands
 from fednsl.timeseries.training import sgd_epochs, torch_threads
-from fednsl.timeseries.federated import TSStrategy
 from rules import stl
 
 
@@ -86,7 +87,7 @@ class FedSTLStrategy(TSStrategy):
             self.property_vectors[cid] = np.asarray(r.arrays["property"], np.float32)
         ids = sorted(self.samples)
         assign, _ = self._cluster_id(ids)
-        self.assignment.update(zip(ids, assign))
+        self.assignment.update(zip(ids, (int(a) for a in assign)))
         self._log(rnd, "initial", ids)
         return {"shared_windows": int(sum(len(v[1]) for v in self.samples.values())), **self._sizes()}
 
@@ -130,9 +131,10 @@ class FedSTLStrategy(TSStrategy):
             self.assignment.update(zip(known, (int(a) for a in assign)))
             self._log(rnd, "cluster_id", known)
         fallback = int(np.bincount(list(self.assignment.values()) or [0], minlength=self.K).argmax())
-        config = {**self.cfg.sgd_config(), "lam": self.cfg.lam, "lp": self.cfg.lp}
+        config = {**self.cfg.sgd_config(), "lam": self.cfg.lam, "lp": self.cfg.lp, "head_init": self.cfg.head_init}
         self.sent = {c: int(self.assignment.get(c, fallback)) for c in clients}
-        return {c: Message("train", rnd, arrays={k: self.models[j][k] for k in self.shared_keys}, config=config)
+        keys = self.shared_keys if self.cfg.head_init == "own" else list(self.models[0])
+        return {c: Message("train", rnd, arrays={k: self.models[j][k] for k in keys}, config=config)
                 for c, j in self.sent.items()}
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:

@@ -232,7 +232,7 @@ class RulesRangeKM(RangeKM):
 
 
 class EstimatorPredictionKM(PredictionKM):
-    """A fitted estimator with ``predict`` (scikit-learn style) on the viewed rows; ``classes`` maps its outputs."""
+    """A fitted estimator with ``predict`` (scikit-learn style) on the viewed rows, returning class ids."""
 
     def __init__(self, estimator: Any, view: InputView = InputView(), name: str = "estimator P-KM"):
         self.estimator, self.view, self.name = estimator, view, name

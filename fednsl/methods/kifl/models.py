@@ -43,7 +43,7 @@ def mlp(features: int, hidden: Sequence[int], classes: int, seed: int) -> nn.Mod
 def lenet5(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module:
     """conv5(6) → pool2 → conv5(16) → pool2 → 120 → 84 → k on a (C,)H×W image given as a flat row."""
     c, h, w = (1, *image_shape) if len(image_shape) == 2 else tuple(image_shape)
-    oh, ow = (h // 2 - 4) // 2, (w // 2 - 4) // 2
+    oh, ow = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2
     if oh < 1 or ow < 1:
         raise ValueError(f"LeNet-5 needs images of at least 12×12, got {h}×{w}")
     model = nn.Sequential(

@@ -8,6 +8,7 @@ no weights travel; each client keeps its own θ^m. Evaluation aggregates counts 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ class KIFLStrategy(FedAvgStrategy):
         self.cfg: KIFLConfig = cfg
         self.shapes = {k: tuple(v.shape) for k, v in initial.items()}
         self.initial_weights = {k: v.copy() for k, v in initial.items()}   # θ_0 (reference runs, local mode)
+        self.last_eval: dict[str, dict[str, float]] = {}                     # client → counts of the last evaluation
 
     def _train_config(self) -> dict[str, float | int]:
         return {"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs, "batch_size": self.cfg.batch_size}
@@ -49,11 +51,20 @@ class KIFLStrategy(FedAvgStrategy):
         return Message("evaluate", rnd, arrays=self.weights if self.cfg.federated else {})
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        self.last_eval = {cid: dict(r.metrics) for cid, r in replies.items()}
         tot = {k: sum(r.metrics[k] for r in replies.values()) for k in EVAL_COUNTS}
         per = [r.metrics["correct"] / max(r.metrics["num_examples"], 1) for r in replies.values()]
         n = max(tot["num_examples"], 1)
         return {"accuracy": tot["correct"] / n, "pov": tot["violations"] / n,
                 "mean_client_accuracy": float(np.mean(per)) if per else 0.0}
+
+    def finalize(self, run_dir: Path) -> None:
+        """``clients.tsv``: per-client test accuracy (TA) and percentage of violations (POV, eq. 7), last evaluation."""
+        lines = ["client\tnum_examples\tTA\tPOV"]
+        for cid, m in sorted(self.last_eval.items()):
+            n = max(m["num_examples"], 1)
+            lines.append(f"{cid}\t{int(m['num_examples'])}\t{m['correct'] / n:.4f}\t{m['violations'] / n:.4f}")
+        (Path(run_dir) / "clients.tsv").write_text("\n".join(lines) + "\n")
 
     def reply_schema(self, stage: str) -> Schema:
         if stage == "train":

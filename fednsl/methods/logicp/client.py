@@ -25,7 +25,7 @@ first contact, the cluster's shared encoder afterwards), ``c<j>.<name>`` (cluste
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -60,7 +60,8 @@ class LogiCPClient(ConformalClient, ForecastClient):
         if push:
             set_weights(self.model, push)
 
-    def objective(self, c: Mapping[str, Any], qhat: np.ndarray | None):  # type: ignore[override]
+    def logicp_objective(self, c: Mapping[str, Any], qhat: np.ndarray | None
+                         ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """Eq. 19 for this client's property and the cluster region ``qhat`` (None: no CP term)."""
         weights = LossWeights(float(c["omega_mse"]), float(c["omega_stl"]))
         q = None if qhat is None else torch.as_tensor(np.asarray(qhat), dtype=torch.float32)
@@ -83,8 +84,8 @@ class LogiCPClient(ConformalClient, ForecastClient):
         self._load_push(msg)
         qhat = msg.arrays.get("qhat")
         x, y = self.part(str(msg.config.get("local_data", "pretrain+train")))
-        loss = sgd_epochs(self.model, x, y, gen=self.seed_generator(msg), objective=self.objective(msg.config, qhat),
-                          **sgd_kwargs(msg.config))
+        loss = sgd_epochs(self.model, x, y, gen=self.seed_generator(msg),
+                          objective=self.logicp_objective(msg.config, qhat), **sgd_kwargs(msg.config))
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
     def cluster_train(self, msg: Message) -> Message:
@@ -95,7 +96,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
             return msg.reply(self.cid, metrics={"num_examples": 0, "train_loss": 0.0})
         net = self.net(weights)
         loss = sgd_epochs(net, x, y, gen=self.seed_generator(msg),
-                          objective=self.objective(msg.config, msg.arrays.get("qhat")),
+                          objective=self.logicp_objective(msg.config, msg.arrays.get("qhat")),
                           **sgd_kwargs(msg.config, "cluster_epochs"))
         return msg.reply(self.cid, arrays=get_weights(net), metrics={"num_examples": len(y), "train_loss": loss})
 

@@ -167,9 +167,10 @@ class ClusterConformal:
         return sorted(c for c, j in pool.items() if j == k)
 
     def region(self, cid: str) -> dict[str, np.ndarray]:
-        """``{"qhat": Q̂}`` of the client's cluster when finite, else ``{}``."""
+        """``{"qhat": Q̂}`` of the client's cluster once it has been calibrated (+∞ when the ranks were
+        infeasible: the trivial region), else ``{}``."""
         k = self.assign.get(cid, -1)
-        if k < 0 or not np.isfinite(self.qhat[k]).all():
+        if k < 0 or self.ranks[k] is None:
             return {}
         return {"qhat": self.qhat[k].copy()}
 

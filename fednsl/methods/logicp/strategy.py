@@ -135,12 +135,13 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
             return list(clients)
         return self.participants(rnd, clients)
 
-    def _push(self, cid: str, full: bool = False) -> dict[str, np.ndarray]:
-        """Weights a client loads: the global model on first contact, else (``full=False``) its cluster's encoder."""
+    def _push(self, cid: str, encoder: bool = True) -> dict[str, np.ndarray]:
+        """Weights a client loads: the whole global model on first contact; afterwards its cluster's shared
+        encoder (Alg. 1 line 31) when ``encoder``, else nothing."""
         if cid not in self.seen:
             self.seen.add(cid)
             return _prefix(self.global_w, "push.")
-        if full:
+        if not encoder:
             return {}
         k = self.assign.get(cid, -1)
         if self.clusters is None or k < 0:
@@ -163,7 +164,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
     # -- training (lines 17–30) ---------------------------------------------------------------------
     def configure_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
         config = {**self.cfg.sgd_config(), **self.cfg.loss_config()}
-        return {c: Message("train", rnd, arrays={**self._push(c, full=True), **self.region(c)}, config=config)
+        return {c: Message("train", rnd, arrays={**self._push(c, encoder=False), **self.region(c)}, config=config)
                 for c in clients}
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
@@ -297,7 +298,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
                 out[c] = Message("evaluate", rnd, arrays=_prefix(self.global_w, "global."), config=config)
             else:
                 out[c] = Message("evaluate", rnd, config=config, arrays={
-                    **self._push(c, full=True), **_prefix(self.clusters[k], "cluster."), **self.region(c)})
+                    **self._push(c, encoder=False), **_prefix(self.clusters[k], "cluster."), **self.region(c)})
         return out
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
@@ -322,7 +323,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         the cluster's region."""
         assert self.clusters is not None
         arrays = {**_prefix(self.clusters[k], "push."), **_prefix(self.clusters[k], "cluster.")}
-        if np.isfinite(self.qhat[k]).all():
+        if self.ranks[k] is not None:
             arrays["qhat"] = self.qhat[k].copy()
         return Message("evaluate", self.rounds, arrays=arrays, config={"split": split or self.cfg.eval_split, "seed": 0})
 

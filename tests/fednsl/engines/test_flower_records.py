@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
+pytestmark = pytest.mark.flower
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
 from flwr.app.metadata import validate_message_type  # noqa: E402

@@ -212,13 +212,16 @@ def test_fit_is_seeded_and_transfer_predicts() -> None:
     a = fit_scorer(inst, rules, ScorerOptions(steps=20), torch.Generator().manual_seed(5))
     b = fit_scorer(inst, rules, ScorerOptions(steps=20), torch.Generator().manual_seed(5))
     assert torch.equal(a.weights, b.weights) and torch.equal(a.bias, b.bias)
-    tr = fit_transfer(inst, rules, ScorerOptions())
-    assert tr.kappa > 0  # prior-weighted rule evidence is positively related to the label
+    opts = ScorerOptions(transfer_top=2)
+    tr = fit_transfer(inst, rules, opts)
+    assert tr.kappa + tr.kappa_top > 0  # rule evidence is positively related to the label
     a.fitted = torch.tensor([True, False])
-    logits = predict_logits(inst, rules, a, tr, ScorerOptions())
+    logits = predict_logits(inst, rules, a, tr, opts)
     prior = rules.prior("counts")
     f = (inst.phi.double() * prior[inst.tri]).sum(-1)
-    expect_transfer = tr.kappa * f + tr.kappa_pass * inst.passthrough.double() + tr.beta
+    top = torch.tensor([[0, 1], [0, 1]])  # the two most probable bodies of each triple (k = 2 below is > J_1)
+    best = torch.stack([inst.phi.double()[i, top[int(t)]].max() for i, t in enumerate(inst.tri)])
+    expect_transfer = tr.kappa * f + tr.kappa_top * best + tr.kappa_pass * inst.passthrough.double() + tr.beta
     sel = inst.tri == 1
     np.testing.assert_allclose(logits[sel].numpy(), expect_transfer[sel].numpy(), rtol=1e-10)
     s0 = (inst.phi.double() * a.weights.double()[inst.tri]).sum(-1) + a.bias.double()[inst.tri] \

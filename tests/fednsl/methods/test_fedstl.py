@@ -120,7 +120,9 @@ def test_cluster_aggregation_and_eq4_step_by_hand():
     np.testing.assert_allclose(s.models[0]["head.weight"], A - 0.1 * gA, rtol=1e-4, atol=1e-6)
     for k in before1:  # cluster 1 had no member in the round: unchanged
         np.testing.assert_array_equal(s.models[1][k], before1[k])
-    assert set(msgs["c0"].arrays) == {"body.weight"}  # only the shared layers travel
+    assert set(msgs["c0"].arrays) == {"body.weight", "head.weight", "head.bias"}  # head_init="cluster"
+    s.cfg.head_init = "own"
+    assert set(s.configure_train(3, ["c0"])["c0"].arrays) == {"body.weight"}  # only the shared layers
 
 
 def test_cluster_property_is_mined_on_cluster_data():
@@ -143,6 +145,13 @@ def test_client_train_sends_shared_layers_and_keeps_head():
            "max_batches": None, "grad_clip": None, "lam": 1.0, "lp": "l1", "seed": 0}
     r = c.train(Message("train", 1, arrays=phi, config=cfg))
     assert set(r.arrays) == {"body.weight"} and c.local is not None
+    fresh = FedSTLClient("f", series(), LinearForecaster(5, H, seed=1), TPL)
+    cluster = get_weights(LinearForecaster(5, H, seed=5))
+    fresh._load_cluster(cluster)  # no head of its own yet: adopts the cluster head
+    np.testing.assert_array_equal(get_weights(fresh.model)["head.weight"], cluster["head.weight"])
+    c._load_cluster(cluster)      # has its own head: keeps it, takes only ϕ_j
+    np.testing.assert_array_equal(get_weights(c.model)["head.weight"], c.local["head.weight"])
+    np.testing.assert_array_equal(get_weights(c.model)["body.weight"], cluster["body.weight"])
     head = c.local["head.weight"].copy()
     r2 = c.train(Message("train", 2, arrays=phi, config=cfg))  # head carries over, ϕ reloaded
     assert not np.allclose(c.local["head.weight"], head)

@@ -61,6 +61,8 @@ def test_run_writes_metrics_and_never_violates(trained):
     assert [r["round"] for r in ev] == [1, 2]
     assert all(r["pov"] == 0.0 for r in ev) and 0.0 <= ev[-1]["accuracy"] <= 1.0
     assert (res.run_dir / "summary.json").exists()
+    tsv = (res.run_dir / "clients.tsv").read_text().splitlines()
+    assert tsv[0] == "client\tnum_examples\tTA\tPOV" and [r.split("\t")[0] for r in tsv[1:]] == ["c0", "c1", "c2"]
 
 
 @settings(max_examples=15, deadline=None)

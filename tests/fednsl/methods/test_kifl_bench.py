@@ -9,10 +9,16 @@ from click.testing import CliRunner
 
 
 def test_quick_bench_runs_all_studies(tmp_path: Path):
+    import torch
+
     from bench.kifl import APPROACHES, LAMBDAS, command
 
     out = tmp_path / "kifl.json"
-    res = CliRunner().invoke(command, ["--datasets", "digits", "--seeds", "1", "--quick", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        res = CliRunner().invoke(command, ["--datasets", "digits", "--seeds", "1", "--quick", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)      # the command sets one thread for the whole process
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())["results"]["digits"]
     sm = data["summary"]

@@ -16,7 +16,6 @@ from fednsl.methods.logicp import LogiCPClient, LogiCPStrategy, calibrate_batch
 from fednsl.methods.logicp.federated_cp import ConformalClient
 from fednsl.methods.logicp.losses import stl_loss
 from fednsl.pipeline import build_federation
-from fednsl.timeseries.models import set_weights
 from fednsl.timeseries.training import predict
 from rules.conformal import choose_ranks
 
@@ -58,7 +57,7 @@ def test_privacy_boundary_only_weights_quantiles_counts_and_scores_leave(tmp_pat
 
     monkeypatch.setattr(ConformalClient, "residuals", recording)
     seen: list[tuple[str, Message]] = []
-    cfg = config()
+    cfg = config(rounds=2)      # round 1: pretrain + first clustering/calibration; round 2: every training stage
     res, fed = run(cfg, tmp_path / "r", hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None)
     strategy: LogiCPStrategy = fed.strategy  # type: ignore[assignment]
     shapes = {k: v.shape for k, v in strategy.global_w.items()}
@@ -121,9 +120,10 @@ def test_real_run_regions_equal_the_batched_pipeline(tmp_path: Path):
 
 
 def test_resume_is_bit_exact(tmp_path: Path):
-    full, _ = run(config(rounds=3), tmp_path / "full")
-    run(config(rounds=2), tmp_path / "part")
-    resumed, _ = run(config(rounds=3), tmp_path / "part", resume=True)
+    full, _ = run(config(rounds=2), tmp_path / "full")
+    run(config(rounds=1), tmp_path / "part")
+    resumed, _ = run(config(rounds=2), tmp_path / "part", resume=True)
+    assert len(strip(full.rows)) > 20
     assert strip(full.rows) == strip(resumed.rows)
 
 

