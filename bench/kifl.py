@@ -203,6 +203,31 @@ def _summarise(name: str, ds: Any, cfg0: Any, base: list[str], quick: bool, runs
             "config": cfg0.to_dict(), "summary": summary, "knowledge": knowledge, "train_sizes": sizes, **extra}
 
 
+def merge_results(files: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Combine result files of single seeds (as written by separate processes) into mean ± std over seeds."""
+    out: dict[str, Any] = {"machine": files[0]["machine"], "wall_s": sum(f["wall_s"] for f in files), "results": {}}
+    names = sorted({n for f in files for n in f["results"]})
+    for name in names:
+        parts = [f["results"][name] for f in files if name in f["results"]]
+        if any(len(p["seeds"]) != 1 for p in parts):
+            raise click.ClickException("--merge takes result files of one seed each")
+        base = dict(parts[0])
+
+        def combine(get: Any) -> dict[str, float]:
+            return _ms([get(p) for p in parts])
+
+        summary: dict[str, Any] = {}
+        for key, by_client in base["summary"].items():
+            summary[key] = {cid: {m: combine(lambda p, k=key, c=cid, m=m: p["summary"][k][c][m]["mean"])
+                                  for m in ("TA", "POV")} for cid in by_client}
+        knowledge = {cid: {m: combine(lambda p, c=cid, m=m: p["knowledge"][c][m]["mean"]) for m in v}
+                     for cid, v in base.get("knowledge", {}).items()}
+        base.update(summary=summary, knowledge=knowledge, seeds=sorted(s for p in parts for s in p["seeds"]),
+                    reference=[r for p in parts for r in p.get("reference", [])])
+        out["results"][name] = base
+    return out
+
+
 def _fmt(s: dict[str, float]) -> str:
     return f"{100 * s['mean']:.1f} ± {100 * s['std']:.1f}"
 
@@ -269,7 +294,10 @@ def markdown(results: dict[str, Any]) -> str:
 @click.command("kifl")
 @click.option("--datasets", default="digits,fashion_mnist", show_default=True,
               help="comma-separated: digits, fashion_mnist, covtype (covtype needs --covtype PATH)")
-@click.option("--seeds", default=3, show_default=True, type=int, help="number of seeds (0, 1, ...)")
+@click.option("--seeds", default=3, show_default=True, type=int, help="number of seeds (first-seed, first-seed+1, ...)")
+@click.option("--first-seed", default=0, show_default=True, type=int, help="first seed (to split seeds over processes)")
+@click.option("--merge", "merge_files", multiple=True,
+              help="instead of running: merge these result JSONs (one seed each, same data set) into --out")
 @click.option("--studies", default="table,data,lambda", show_default=True,
               help="comma-separated: table (Table 3), data (Table 2), lambda (Fig. 4)")
 @click.option("--quick", is_flag=True, help="reduced size (3 rounds, 600 samples, 2 local epochs) for a smoke run")
@@ -282,10 +310,22 @@ def markdown(results: dict[str, Any]) -> str:
               help="torch intra-op threads (1: small-batch training on a shared 2-core machine is far faster)")
 @click.option("--out", default=None, help="output JSON path (default bench/results/kifl[_quick].json; Markdown beside it)")
 def command(datasets: str, seeds: int, studies: str, quick: bool, covtype_path: str | None,
-            fmnist_path: str | None, fractions: str | None, threads: int, out: str | None) -> None:
+            fmnist_path: str | None, fractions: str | None, threads: int, out: str | None, first_seed: int,
+            merge_files: tuple[str, ...]) -> None:
     """KIFL §7: five approaches (TA/POV), data-size and λ studies; JSON + Markdown in bench/results/."""
     from bench._common import machine, write_result
 
+    if merge_files:
+        merged = merge_results([json.loads(Path(f).read_text()) for f in merge_files])
+        path = Path(out or "bench/results/kifl.json")
+        command_line = "python -m bench.kifl " + " ".join(sys.argv[1:])
+        runs = sorted({r["command"] for r in (json.loads(Path(f).read_text()) for f in merge_files)})
+        path.write_text(json.dumps({"machine": merged.pop("machine"), "commands": runs, "merged_by": command_line,
+                                    **merged}, indent=2, default=str))
+        path.with_suffix(".md").write_text(f"# KIFL §7 benchmark ({time.strftime('%Y-%m-%d')})\n\n"
+                                           + "".join(f"`{c}`\n\n" for c in runs) + markdown(merged["results"]))
+        click.echo(markdown(merged["results"]))
+        return
     if "torch" not in sys.modules:     # OMP's thread count is per thread: the engine's client threads need it too
         os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
@@ -313,7 +353,7 @@ def command(datasets: str, seeds: int, studies: str, quick: bool, covtype_path: 
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            res = bench_dataset(name, list(range(seeds)), quick, paths.get(name), Path(tmp),
+            res = bench_dataset(name, list(range(first_seed, first_seed + seeds)), quick, paths.get(name), Path(tmp),
                                 [s.strip() for s in studies.split(",")], fracs,
                                 on_seed=lambda part, name=name: write({**results, name: part}))
             results[name] = res

@@ -35,7 +35,7 @@ from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.fednsl.client import rules_to_arrays
 from fednsl.methods.fednsl.config import FedNSLConfig, torch_threads
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
-from fednsl.methods.fednsl.messages import EVAL_SCHEMA, LOGIC_ARRAYS, STATS_SCHEMA, TRAIN_SCHEMA
+from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
 from fednsl.methods.fednsl.posterior import normalise_rows
 from fednsl.methods.fednsl.scorer import RuleSet
 from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sample_rules, train_generator

@@ -31,5 +31,12 @@ def test_quick_bench_runs_all_studies(tmp_path: Path):
     assert [k for k in sm if k.startswith("lambda|")] == [f"lambda|{v}" for v in LAMBDAS]
     assert len([k for k in sm if k.startswith("data|")]) == 4
     assert data["reference"][0]["max_abs_TA_diff"] == 0.0   # the engine-free Alg. 1 loop agrees exactly
+    from bench.kifl import merge_results
+
+    whole = json.loads(out.read_text())
+    merged = merge_results([whole, whole])["results"]["digits"]      # per-process seeds → mean ± std
+    assert merged["seeds"] == [0, 0]
+    fl = merged["summary"]["FLwKM|rules"]["mean"]["TA"]
+    assert fl["n"] == 2 and fl["std"] == 0.0 and fl["mean"] == sm["FLwKM|rules"]["mean"]["TA"]["mean"]
     md = out.with_suffix(".md").read_text()
     assert "| c0 |" in md and "[87 / 2]" in md and "Fig. 4" in md
