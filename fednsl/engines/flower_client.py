@@ -11,6 +11,9 @@ a SuperNode starts one ClientApp process per message, pickled in the node's Flow
 stays on the node). A method whose client keeps state across stages or rounds therefore behaves exactly as
 in-process. Clients that cannot be pickled keep their documented ``state_dict()`` instead.
 
+Deployment builds the method from the config on a node's first message (``build(config)`` makes every client;
+the node keeps the one of its partition), so the data the config names must be readable on each node.
+
 This module imports neither torch nor the server-side runner, so a hello costs only Flower's own start-up.
 """
 

@@ -55,6 +55,7 @@ class FederatedFeaturesOptions:
     lr: float = 2e-3
     weight_decay: float = 1e-5
     cache: bool = True
+    seed: int | None = None  # fixed backbone seed (None: the run seed), e.g. to share one backbone across seeds
 
     def __post_init__(self) -> None:
         for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size"):
@@ -221,6 +222,8 @@ class FederatedFeatures(Backbone):
     def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
                 documents: Sequence[Document] = ()) -> dict[str, Any]:
         opts = self.options
+        if opts.seed is not None:
+            seed = int(opts.seed)
         R, T = len(relations), len(entity_types)
         text = resolve_text(opts.text)
         t0 = time.perf_counter()

@@ -9,12 +9,10 @@ Ign-F1, whether the fact (name_h, r, name_t) occurs among the client's training 
 :class:`PhiCache` computes φ_j over the cells of a type pair for any bodies and caches them by body: the
 backbone values are fixed during the FedNSL rounds, so a body's φ never changes (spec: "precompute φ once per
 round per client for all bodies; only J and docs matter"). Graph scoring (Eq. 8) evaluates all distinct body
-prefixes once per document with :func:`kg.grounding.path_scores` (max-product, prefix trie) and only the last
-hop at the queried cells:
-
-    φ_j(h, t) = max_z P_j(h, z) · x_{b_L}(z, t),      P_j = max-product chain of the body's first L−1 tokens
-
-(stay tokens dropped: the stay channel is the identity on real entities). Fast-FedNSL (App. A.8) adds:
+prefixes once per document with :func:`kg.grounding.path_scores` (max-product, prefix trie)
+— in practice the union of a document's new bodies goes through one :func:`kg.grounding.path_scores` call (prefix
+trie shared by all bodies, numba kernel) and the cells are gathered from it (stay tokens dropped: the stay channel
+is the identity on real entities). Fast-FedNSL (App. A.8) adds:
 
 - ``max_edge`` (spec §8.6(b), "the maximum fuzzy value along the trajectory of the rule body"), read as the
   graph-free relaxation φ̃_j(h, t) = max_z x_{b_1}(h, z) · Π_{1<k<L} max x_{b_k} · max_z x_{b_L}(z, t)
@@ -37,10 +35,10 @@ from kg.documents import Document
 from kg.grounding import path_scores, with_inverse_and_stay
 from kg.split import Combo, query_mask
 
-__all__ = ["Part", "TypeCells", "CellTable", "PhiCache", "phi_at_cells", "max_edge_at_cells", "PathScore"]
+__all__ = ["Part", "TypeCells", "CellTable", "PhiCache", "phi_at_cells", "document_phi", "max_edge_at_cells",
+           "PathScore"]
 
 PathScore = Literal["graph", "cached_path", "max_edge"]
-_CHUNK_ELEMS = 1 << 23
 
 
 @dataclass
@@ -150,54 +148,25 @@ def _canonical(bodies: torch.Tensor, stay: int) -> list[tuple[int, ...]]:
 
 
 def phi_at_cells(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor,
-                 tails: torch.Tensor, stay: int, prefix_scores: torch.Tensor | None = None,
-                 prefix_index: dict[tuple[int, ...], int] | None = None) -> torch.Tensor:
-    """Max-product φ (K, c) of K canonical bodies (stay-free token tuples, length ≥ 1) at c cells of one document.
+                 tails: torch.Tensor, stay: int) -> torch.Tensor:
+    """Max-product φ (K, c) of K canonical bodies (stay-free token tuples) at c cells of one document.
 
-    values: (N, N, C) channel tensor (relations, inverses, stay); heads, tails (c,) long. ``prefix_scores``
-    (P, N, N) and ``prefix_index`` {prefix tuple: row} hold the max-product chains of the bodies' prefixes
-    (computed here when None).
+    values: (N, N, C) channel tensor (relations, inverses, stay); heads, tails (c,) long. Uses
+    :func:`kg.grounding.path_scores` (prefix trie, numba kernel) on the whole document, then gathers the cells.
     """
     K, c = len(bodies), int(heads.shape[0])
-    out = values.new_zeros(K, c)
     if K == 0 or c == 0:
-        return out
-    if prefix_scores is None or prefix_index is None:
-        prefix_scores, prefix_index = prefix_chains(values, [b[:-1] for b in bodies], stay)
-    last = torch.tensor([b[-1] for b in bodies], dtype=torch.long)
-    plen = np.array([len(b) - 1 for b in bodies])
-    one = np.flatnonzero(plen == 0)
-    if len(one):
-        idx = torch.as_tensor(one)
-        out[idx] = values[heads, tails][:, last[idx]].T
-    many = np.flatnonzero(plen > 0)
-    if len(many):
-        n = values.shape[0]
-        rows = torch.tensor([prefix_index[bodies[k][:-1]] for k in many.tolist()], dtype=torch.long)
-        lastm = last[torch.as_tensor(many)]
-        xt = values[:, tails, :]  # (N, c, C)
-        step = max(1, _CHUNK_ELEMS // max(1, c * n))
-        for s in range(0, len(many), step):
-            sl = slice(s, s + step)
-            a = prefix_scores[rows[sl]][:, heads, :]  # (k, c, N)
-            b = xt[:, :, lastm[sl]].permute(2, 1, 0)  # (k, c, N)
-            out[torch.as_tensor(many[sl])] = (a * b).amax(-1)
-    return out
+        return values.new_zeros(K, c)
+    return document_phi(values, bodies, stay)[:, heads, tails]
 
 
-def prefix_chains(values: torch.Tensor, prefixes: Iterable[tuple[int, ...]], stay: int
-                  ) -> tuple[torch.Tensor, dict[tuple[int, ...], int]]:
-    """Max-product chains (P, N, N) of the distinct non-empty prefixes (via :func:`kg.grounding.path_scores`)."""
-    uniq = sorted({p for p in prefixes if p})
-    index = {p: i for i, p in enumerate(uniq)}
-    n = values.shape[0]
-    if not uniq:
-        return values.new_zeros(0, n, n), index
-    width = max(len(p) for p in uniq)
-    padded = torch.full((len(uniq), width), stay, dtype=torch.long)
-    for i, p in enumerate(uniq):
-        padded[i, :len(p)] = torch.tensor(p, dtype=torch.long)
-    return path_scores(values[None], padded, validate=False)[0], index
+def document_phi(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], stay: int) -> torch.Tensor:
+    """(K, N, N) max-product path values of canonical bodies over every entity pair of one document."""
+    width = max(len(b) for b in bodies)
+    padded = torch.full((len(bodies), width), stay, dtype=torch.long)
+    for i, b in enumerate(bodies):
+        padded[i, :len(b)] = torch.tensor(b, dtype=torch.long)
+    return path_scores(values[None], padded, validate=False)[0]
 
 
 def max_edge_at_cells(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor,
@@ -303,16 +272,18 @@ class PhiCache:
             V = self.channels(d)
             wanted = [(ab, k, b) for ab, kinds in todo.items() for k, b in kinds.items()
                       if d in self.table.groups[ab].doc_slices]
-            graph_bodies = {body for ab, k, b in wanted if k == "graph" for body in b}
-            pre = prefix_chains(V, [body[:-1] for body in graph_bodies], self.stay) if graph_bodies else None
+            graph_bodies = sorted({body for ab, k, b in wanted if k == "graph" for body in b})
+            full = document_phi(V, graph_bodies, self.stay) if graph_bodies else None
+            row_of = {body: i for i, body in enumerate(graph_bodies)}
             for ab, k, b in wanted:
                 g = self.table.groups[ab]
                 sl = g.doc_slices[d]
                 h = torch.from_numpy(g.head[sl])
                 t = torch.from_numpy(g.tail[sl])
                 if k == "graph":
-                    assert pre is not None
-                    vals = phi_at_cells(V, b, h, t, self.stay, pre[0], pre[1])
+                    assert full is not None
+                    rows = torch.tensor([row_of[body] for body in b], dtype=torch.long)
+                    vals = full[rows][:, h, t]
                 else:
                     vals = max_edge_at_cells(V, b, h, t)
                 new[(ab, k)][:, sl] = vals.numpy()

@@ -53,17 +53,19 @@ def all_stopped(fed: LocalFederation) -> bool:
 
 @pytest.mark.slow
 def test_fedavg_and_fednsl_on_a_superlink_with_3_supernodes(tmp_path, monkeypatch):
+    """Both runs go to the SuperLink at once (Flower keeps runs apart; their polling waits overlap)."""
     fedavg = fedavg_config(client_timeout_s=120.0, evaluate_every=2)
     fednsl = load_config("fednsl_synthetic", ["rounds=2", "data.num_clients=3", "federation.evaluate_every=2"])
     fed = LocalFederation(3, tmp_path / "federation", start_timeout_s=90)
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         refs = pool.submit(lambda: (train(fedavg, tmp_path / "fedavg-ref", progress=False),
                                     train(fednsl, tmp_path / "fednsl-ref", progress=False)))
         try:
             fed.start()
             use_superlink(monkeypatch, fed)
-            dep_avg = train(replace(fedavg, engine="flower"), tmp_path / "fedavg-flower", progress=False)
-            dep_nsl = train(replace(fednsl, engine="flower"), tmp_path / "fednsl-flower", progress=False)
+            jobs = [pool.submit(train, replace(cfg, engine="flower"), tmp_path / f"{name}-flower", progress=False)
+                    for name, cfg in (("fednsl", fednsl), ("fedavg", fedavg))]
+            dep_nsl, dep_avg = (job.result(timeout=600) for job in jobs)
         finally:
             fed.stop()
         ref_avg, ref_nsl = refs.result(timeout=600)
