@@ -336,8 +336,7 @@ class RuleGenerator(nn.Module):
         d, h = self.config.d_model, self.config.nhead
         w = attn.in_proj_weight[part]
         b = attn.in_proj_bias[part] if attn.in_proj_bias is not None else None
-        y = F.linear(x, w, b)
-        return y.view(x.shape[0], x.shape[1], -1, d // h).transpose(1, 2).reshape(x.shape[0], h, x.shape[1], -1)
+        return F.linear(x, w, b).view(x.shape[0], x.shape[1], h, d // h).transpose(1, 2)
 
     def _attend(self, attn: nn.MultiheadAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = F.scaled_dot_product_attention(q, k, v)  # (B, heads, 1, d/heads), no mask: all keys are visible
