@@ -119,7 +119,9 @@ def reference_alg1(fed: Any, cfg: Any) -> tuple[dict[str, float], float]:
                     loss.backward()
                     opt.step()
             ups.append(get_weights(c.model))
-        theta = {k: np.mean([u[k] for u in ups], axis=0).astype(theta[k].dtype) for k in theta}
+        # line 10: θ ← (1/|S_t|) Σ θ^m (float64 accumulation), applied as the FedAvg server step θ + η_s(avg − θ)
+        avg = {k: sum((1.0 / len(ups)) * u[k].astype(np.float64) for u in ups).astype(theta[k].dtype) for k in theta}
+        theta = {k: (theta[k] + kc.server_lr * (avg[k] - theta[k])).astype(avg[k].dtype) for k in theta}
     acc = {cid: fed.clients[cid].test_counts(theta)["correct"] / max(len(fed.clients[cid].data.y_test), 1)
            for cid in ids}
     return acc, time.perf_counter() - t0

@@ -17,6 +17,7 @@ from fednsl.config import REPO_ROOT
 
 #: subcommand name → module exporting ``command`` (a click.Command). Keep it short and sorted.
 BENCHES: dict[str, str] = {
+    "kifl": "bench.kifl",   # knowledge-injected FL §7: five approaches, low-data and λ studies
     "fedstl": "bench.fedstl_table",   # FedSTL Table 2 (MSE / property satisfaction) vs FedAvg/FedProx/FedRep/Ditto/IFCA
     "logicp": "bench.logicp_table",   # LogiCP Tables 1, 4, 7 (MSE / γ% / coverage / width) vs its baselines
     "numeric": "bench.numeric",   # FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg
