@@ -124,6 +124,7 @@ class FedNSLStrategy(Strategy):
     def aggregate_train_stats(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         dists, weights = [], []
         pad = 2 * self.R
+        invalid = 0
         for cid, msg in replies.items():
             a = msg.arrays
             d: dict[tuple[int, int, int], dict[tuple[int, ...], float]] = {}
@@ -131,7 +132,10 @@ class FedNSLStrategy(Strategy):
             for k, t in enumerate(a["triples"].tolist()):
                 t = tuple(int(x) for x in t)
                 if not (0 <= t[0] < self.R and 0 <= t[1] < len(self.types) and 0 <= t[2] < len(self.types)):
-                    raise ValueError(f"client {cid}: train.stats triple {t} outside the vocabulary")
+                    log.warning("round %d train.stats: client %s sent triple %s outside the vocabulary (R=%d, "
+                                "%d types); ignored", rnd, cid, t, self.R, len(self.types))
+                    invalid += 1
+                    continue
                 body_probs = {}
                 for body, p, m in zip(a["bodies"][k].tolist(), a["probs"][k].tolist(), a["mask"][k].tolist()):
                     if m and p > 0:
@@ -154,8 +158,11 @@ class FedNSLStrategy(Strategy):
         t0 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.pretrain_epochs, "pretrain")
         self.initialised = True
-        return {"triples": len(self.pool), "pool_chains": self.pool.num_chains,
-                "pretrain_loss": losses[-1] if losses else 0.0, "time_generator_s": time.perf_counter() - t0}
+        out: Metrics = {"triples": len(self.pool), "pool_chains": self.pool.num_chains,
+                        "pretrain_loss": losses[-1] if losses else 0.0, "time_generator_s": time.perf_counter() - t0}
+        if invalid:
+            out["invalid_triples"] = invalid
+        return out
 
     def _train_generator(self, rnd: int, epochs: int, purpose: str) -> list[float]:
         if epochs <= 0 or self.pool.num_chains == 0:

@@ -147,7 +147,11 @@ def test_missing_queries_unknown_triples_and_empty_documents() -> None:
     cids = sorted(fed.clients)
     stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
              for c in cids}
-    s.aggregate_train_stats(1, stats, {})
+    bogus = Message("train.stats", 1, "bogus", arrays={
+        "triples": np.array([[999, 0, 0]]), "bodies": np.zeros((1, 1, 3), np.int64), "probs": np.ones((1, 1)),
+        "mask": np.ones((1, 1), bool), "instances": np.array([5])})
+    metrics = s.aggregate_train_stats(1, {**stats, "bogus": bogus}, {})
+    assert metrics["invalid_triples"] == 1 and metrics["triples"] > 0  # a relation id the server does not know
     msg = s.configure_train(1, cids)
     client: FedNSLClient = fed.clients[cids[0]]
     # a triple never seen by the server: drop one of the client's triples from the rule set
