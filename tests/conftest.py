@@ -42,11 +42,3 @@ def fhwa_path(shared_data: Path) -> Path:
         pytest.skip(f"FHWA traffic set not found at {path}")
     return path
 
-
-# Components whose work was still in progress when the last session ended: their code is in the tree but their
-# tests have not yet passed a full run together with the rest, so CI leaves them out until the issue that owns
-# them is closed (see the issue notes). Remove an entry once its tests are green.
-collect_ignore_glob = [
-    "fednsl/methods/test_fednsl_*.py",
-    "fednsl/engines/*",
-]
