@@ -757,7 +757,8 @@ class RuleStore:
 
     def to_tsv(self) -> str:
         """One rule per line: triple, rule text, tokens, prior, global posterior, per client posterior and
-        weight, confidence counts and measures (empty cells where unknown)."""
+        weight, confidence counts and measures (empty cells where unknown; a column that is empty on every
+        line, e.g. weights that never left their clients, is left out)."""
         clients = self.clients
         header = ["triple", "rule", "tokens", "prior", "posterior"]
         for c in clients:
@@ -767,7 +768,7 @@ class RuleStore:
         def f(x: float | None) -> str:
             return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.6g}"
 
-        lines = ["\t".join(header)]
+        table: list[list[str]] = []
         for t in self.find_triples():
             rec = self.triples[t]
             post = rec.global_posterior()
@@ -790,8 +791,9 @@ class RuleStore:
                 else:
                     m = counts.measures(j)
                     row += [str(int(m[k])) for k in RuleCounts.FIELDS] + [f(m[k]) for k in RuleCounts.MEASURES]
-                lines.append("\t".join(row))
-        return "\n".join(lines) + "\n"
+                table.append(row)
+        keep = [i for i in range(len(header)) if i < 5 or any(row[i] for row in table)]
+        return "".join("\t".join(line[i] for i in keep) + "\n" for line in [header, *table])
 
     def save(self, run_dir: str | Path) -> tuple[Path, Path]:
         """Write ``run_dir/rules.json`` and ``run_dir/rules.tsv``; returns both paths."""
