@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kg.seeding import seeded_global_rng
+
 if TYPE_CHECKING:  # pragma: no cover
     from rules.pool import RulePool
 
@@ -270,8 +272,7 @@ class RuleGenerator(nn.Module):
         self.config = config or GeneratorConfig()
         c = self.config
         seed = _seed_from(generator)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded_global_rng(seed):
             self.rel_emb = nn.Embedding(c.vocab_size, c.d_model)
             self.type_emb = nn.Embedding(c.num_types, c.d_model)
             self.transformer = nn.Transformer(
@@ -820,8 +821,7 @@ def train_generator(
     model.train()
     fork_devices = [device] if device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=fork_devices):
-            torch.manual_seed(_seed_from(generator))
+        with seeded_global_rng(_seed_from(generator), fork_devices):
             for _ in range(epochs):
                 idx = _multinomial(probs, samples_per_epoch, generator).to(device)
                 total, batches = 0.0, 0

@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from kg.seeding import seeded_global_rng
+
 MODEL_NAMES = ("rnn", "gru", "lstm", "transformer")
 
 
@@ -217,7 +219,7 @@ def build_forecaster(cfg: ModelConfig | Mapping[str, Any], input_len: int, horiz
     if not isinstance(cfg, ModelConfig):
         from fednsl.registry import build_kwargs
         cfg = build_kwargs(ModelConfig, cfg, "method_kwargs.model")
-    with torch.random.fork_rng(devices=[]):  # torch's constructors draw defaults: keep the global RNG as it was
+    with seeded_global_rng(None):  # torch's constructors draw defaults: keep the global RNG as it was
         if cfg.name == "transformer":
             model: Forecaster = TransformerForecaster(input_len, horizon, cfg.d_model, cfg.nhead, cfg.enc_layers,
                                                       cfg.dec_layers, cfg.ff, cfg.dropout, cfg.shared)

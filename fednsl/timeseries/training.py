@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from kg.seeding import seeded_global_rng
+
 from fednsl.timeseries.properties import ClientProperty
 
 Objective = Callable[..., torch.Tensor]  # (pred, y_batch, *aux_batch) -> scalar
@@ -76,12 +78,11 @@ def sgd_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: in
     frozen = [p for p in model.parameters() if id(p) not in train_set]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     dropout = _uses_dropout(model)
-    fork = torch.random.fork_rng(devices=[]) if dropout else contextlib.nullcontext()
+    # dropout draws from the global RNG: seed a forked copy from gen (reproducible, restored afterwards)
+    fork = seeded_global_rng(int(torch.randint(0, 2 ** 62, (1,), generator=gen))) if dropout else contextlib.nullcontext()
     total, steps = 0.0, 0
     was_training = model.training
     with fork:
-        if dropout:  # seed the forked global RNG from gen: reproducible, restored afterwards
-            torch.manual_seed(int(torch.randint(0, 2 ** 62, (1,), generator=gen)))
         model.train()
         for p in frozen:
             p.requires_grad_(False)

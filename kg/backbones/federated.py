@@ -36,6 +36,7 @@ from torch import nn
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
 from kg.backbones.text_features import DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
+from kg.seeding import seeded_global_rng
 from kg.split import query_mask
 
 __all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs"]
@@ -71,8 +72,7 @@ class PairScorer(nn.Module):
     def __init__(self, ent_dim: int, pair_dim: int, num_relations: int, ent_hidden: int = 128, hidden: int = 256,
                  seed: int = 0):
         super().__init__()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded_global_rng(seed):
             self.ent = nn.Sequential(nn.Linear(ent_dim, ent_hidden), nn.ReLU())
             self.pair = nn.Sequential(nn.Linear(3 * ent_hidden + pair_dim, hidden), nn.ReLU(),
                                       nn.Linear(hidden, num_relations))
