@@ -7,7 +7,7 @@
 Every (λ, seed) run is a normal ``fednsl train`` run under OUT/lam<λ>-seed<s>/ (kept; an existing finished run is
 reused). Written: OUT/ablation.md (results table with the exact commands), OUT/ablation.json, and the plots
 OUT/plots/ablation_f1.png (b1: F1 seen/unseen, KL vs no KL), OUT/plots/ablation_logic.png (b2: logic accuracy),
-OUT/plots/ablation_lambda.png (b3: unseen F1 per λ). JSON also goes to bench/results/fednsl_ablation.json.
+OUT/plots/ablation_lambda.png (b3: unseen F1 per λ). JSON and table also go to bench/results/fednsl_ablation_<config>.{json,md}.
 λ = 0 is "W/O. KL"; the config's own λ (or the first non-zero one) is "W. KL".
 """
 
@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (args.out / "ablation.json").write_text(json.dumps(results, indent=1, default=str))
     res_dir = Path(__file__).resolve().parent / "results"
     res_dir.mkdir(parents=True, exist_ok=True)
-    (res_dir / "fednsl_ablation.json").write_text(json.dumps(results, indent=1, default=str))
+    stem = f"fednsl_ablation_{Path(args.config).stem}"
+    (res_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
+    (res_dir / f"{stem}.md").write_text(table)
     print(table)
     print(f"wrote {args.out / 'ablation.md'}, {args.out / 'ablation.json'}, plots in {plots}")
     return results
