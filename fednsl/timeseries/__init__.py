@@ -10,7 +10,7 @@ Quick start::
     model = build_forecaster({"name": "gru"}, data.input_len, data.horizon, seed=0)
     naive = seasonal_mean(c.x_test, data.horizon)
 
-See docs/readme/fedstl.md.
+See the README section "FedSTL and the time-series layer".
 """
 
 from fednsl.timeseries.baselines import NAIVE, last_period, seasonal_mean

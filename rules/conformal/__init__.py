@@ -4,7 +4,7 @@ Modules: ``coverage`` (exact coverage of rank pairs), ``ranks`` (choosing ell, k
 ``scores`` (residuals, multi-horizon normalisation), ``quantiles`` (client/server order
 statistics), ``federated`` (per-cluster protocol, ``FederatedSplitConformal``), ``metrics``
 (intervals, joint/per-step coverage, widths), ``simulation`` (Monte Carlo coverage on
-synthetic exchangeable residuals). See docs/readme/conformal.md.
+synthetic exchangeable residuals). See the README section "Federated conformal prediction".
 """
 
 from rules.conformal.coverage import (

@@ -16,7 +16,7 @@ Quick start::
     params = stl.mine(tpl, y)                    # {"a0": (100,), "b0": (100,), ...}
     formulas = stl.instantiate_clients(tpl, params)
 
-See docs/readme/stl.md for the semantics, conventions and benchmarks.
+See the README section "Signal Temporal Logic" for the semantics, conventions and benchmarks.
 """
 
 from .clustering import (

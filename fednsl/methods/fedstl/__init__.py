@@ -5,7 +5,7 @@ devices group clients by how well each cluster model satisfies their properties 
 balanced greedy), cluster models average their members' shared layers while heads stay private and
 fine-tune on the members' shared samples (Alg. 2), and every objective is ``MSE + λ·L_p`` (Eq. 2, 4).
 Evaluation reports FedSTL (client models), FedSTL-S (cluster models, prefix ``s_``) and FedSTL-T
-(teacher-projected client forecasts, prefix ``t_``).  See docs/readme/fedstl.md.
+(teacher-projected client forecasts, prefix ``t_``).  See the README section "FedSTL and the time-series layer".
 """
 
 from __future__ import annotations

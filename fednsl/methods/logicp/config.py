@@ -1,4 +1,4 @@
-"""LogiCP options (``method_kwargs``); see docs/readme/logicp.md.
+"""LogiCP options (``method_kwargs``); see the README section "LogiCP".
 
 Paper (He, An, Ma, JAIR 2026, §5.2) / reference code (``AICPS-Lab/LogiCP``) / our default:
 
