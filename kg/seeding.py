@@ -9,12 +9,17 @@ restores it afterwards, holding a process-wide lock so that such blocks never ov
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import ParamSpec, TypeVar
 
 import torch
 
-__all__ = ["seeded_global_rng"]
+__all__ = ["isolated_global_rng", "seeded_global_rng"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _GLOBAL_RNG_LOCK = threading.RLock()
 
@@ -27,3 +32,16 @@ def seeded_global_rng(seed: int | None, devices: Sequence[torch.device | int] = 
         if seed is not None:
             torch.manual_seed(seed)
         yield
+
+
+def isolated_global_rng(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorator for model builders that re-initialise parameters from their own seed: the default
+    initialisations drawn by ``nn`` constructors go to a forked copy of the global RNG (under the lock), so they
+    neither disturb nor are disturbed by a seeded block running in another thread."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with seeded_global_rng(None):
+            return fn(*args, **kwargs)
+
+    return wrapper

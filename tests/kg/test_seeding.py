@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from kg.seeding import seeded_global_rng
+from kg.seeding import isolated_global_rng, seeded_global_rng
 
 
 def _dropout_draws(seed: int) -> torch.Tensor:
@@ -40,3 +40,26 @@ def test_reentrant_in_one_thread() -> None:
         with seeded_global_rng(2):
             inner = torch.rand(3)
         assert not torch.equal(outer, inner)
+
+
+@isolated_global_rng
+def _build() -> torch.nn.Module:
+    return torch.nn.Linear(32, 32)  # the constructor draws its default init from the global RNG
+
+
+def test_builders_leave_the_global_rng_alone_and_stay_out_of_seeded_blocks() -> None:
+    before = torch.random.get_rng_state()
+    _build()
+    assert torch.equal(torch.random.get_rng_state(), before)
+    expected = _dropout_draws(7)
+
+    def builder_thread() -> None:
+        for _ in range(200):
+            _build()
+            time.sleep(0.0001)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        noise = pool.submit(builder_thread)
+        got = pool.submit(_dropout_draws, 7).result()
+        noise.result()
+    assert torch.equal(got, expected)

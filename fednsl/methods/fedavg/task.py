@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from kg.seeding import isolated_global_rng
+
 
 @dataclass
 class BlobsConfig:
@@ -49,6 +51,7 @@ def make_blobs_federation(cfg: BlobsConfig, seed: int) -> dict[str, ClientData]:
     return out
 
 
+@isolated_global_rng
 def mlp(features: int, hidden: int, classes: int, seed: int) -> nn.Module:
     """``features → hidden → classes`` ReLU MLP, initialised from ``seed`` (not the global RNG)."""
     gen = torch.Generator().manual_seed(seed)

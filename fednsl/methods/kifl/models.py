@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from kg.seeding import isolated_global_rng
+
 __all__ = ["build_model", "lenet5", "lowres_cnn", "mlp", "seeded_init"]
 
 
@@ -30,6 +32,7 @@ def seeded_init(model: nn.Module, seed: int) -> nn.Module:
     return model
 
 
+@isolated_global_rng
 def mlp(features: int, hidden: Sequence[int], classes: int, seed: int) -> nn.Module:
     layers: list[nn.Module] = []
     width = features
@@ -40,6 +43,7 @@ def mlp(features: int, hidden: Sequence[int], classes: int, seed: int) -> nn.Mod
     return seeded_init(nn.Sequential(*layers), seed)
 
 
+@isolated_global_rng
 def lenet5(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module:
     """conv5(6) → pool2 → conv5(16) → pool2 → 120 → 84 → k on a (C,)H×W image given as a flat row."""
     c, h, w = (1, *image_shape) if len(image_shape) == 2 else tuple(image_shape)
@@ -55,6 +59,7 @@ def lenet5(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module:
     return seeded_init(model, seed)
 
 
+@isolated_global_rng
 def lowres_cnn(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module:
     """conv5(6) → 120 → 84 → k on an already pooled (low-resolution) image row (FedMech.jl ``LeNet5small``)."""
     c, h, w = (1, *image_shape) if len(image_shape) == 2 else tuple(image_shape)

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from kg.seeding import isolated_global_rng
+
 
 class EntropyLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, n_classes: int, temperature: float,
@@ -52,6 +54,7 @@ class EntropyLinear(nn.Module):
             return torch.softmax(self.weight.norm(dim=1, p=1) / self.temperature, dim=1)
 
 
+@isolated_global_rng
 def make_len(n_concepts: int, n_classes: int, hidden: int, temperature: float, seed: int) -> nn.Sequential:
     """EntropyLinear → LeakyReLU → Linear(hidden, 1); call ``len_scores`` for (batch, K) scores."""
     gen = torch.Generator().manual_seed(seed)

@@ -53,7 +53,12 @@ def all_stopped(fed: LocalFederation) -> bool:
 
 @pytest.mark.slow
 def test_fedavg_and_fednsl_on_a_superlink_with_3_supernodes(tmp_path, monkeypatch):
-    """Both runs go to the SuperLink at once (Flower keeps runs apart; their polling waits overlap)."""
+    """Both runs go to the SuperLink at once (Flower keeps runs apart; their polling waits overlap).
+
+    The in-process reference runs while the SuperLink and SuperNodes start (separate processes) and is finished
+    before the deployed runs begin: torch's intra-op thread count is process state that a fresh client thread
+    inherits from whatever another thread of this process set last, so overlapping the reference with the
+    deployed runs' server side (in this process) could change float reduction order."""
     fedavg = fedavg_config(client_timeout_s=120.0, evaluate_every=2)
     fednsl = load_config("fednsl_synthetic", ["rounds=2", "data.num_clients=3", "federation.evaluate_every=2"])
     fed = LocalFederation(3, tmp_path / "federation", start_timeout_s=90)
@@ -63,12 +68,12 @@ def test_fedavg_and_fednsl_on_a_superlink_with_3_supernodes(tmp_path, monkeypatc
         try:
             fed.start()
             use_superlink(monkeypatch, fed)
+            ref_avg, ref_nsl = refs.result(timeout=600)
             jobs = [pool.submit(train, replace(cfg, engine="flower"), tmp_path / f"{name}-flower", progress=False)
                     for name, cfg in (("fednsl", fednsl), ("fedavg", fedavg))]
             dep_nsl, dep_avg = (job.result(timeout=600) for job in jobs)
         finally:
             fed.stop()
-        ref_avg, ref_nsl = refs.result(timeout=600)
     assert all_stopped(fed)
     assert strip_times(dep_avg.rows) == strip_times(ref_avg.rows)
     for k, v in ref_avg.federation.strategy.weights.items():  # the final model came back from the ServerApp
