@@ -208,7 +208,7 @@ def main(*, quick: bool = False, data: str | None = None, fhwa_path: str | None 
          command_line: str = "python -m bench.fedstl_table") -> dict[str, Any]:
     """Run the table; writes bench/results/<name>.json and .md and returns the payload."""
     from bench._common import write_result
-    from fednsl.timeseries.data import TSDataConfig, default_fhwa_path, load_timeseries
+    from fednsl.tasks.timeseries.data import TSDataConfig, default_fhwa_path, load_timeseries
 
     size = dict(SIZES["quick" if quick else "default"])
     if rounds:

@@ -88,7 +88,7 @@ def reference_alg1(fed: Any, cfg: Any) -> tuple[dict[str, float], float]:
     import torch
 
     from fednsl.federation.runner import client_seed, sample_clients
-    from fednsl.methods.fedavg.task import get_weights, set_weights
+    from fednsl.common.torch_utils import get_weights, set_weights
 
     strat = fed.strategy
     theta = {k: v.copy() for k, v in strat.initial_weights.items()}

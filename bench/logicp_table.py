@@ -360,7 +360,7 @@ def main(quick: bool = False, data: str | None = None, fhwa_path: str | None = N
          seeds: str = "0,1,2", tables: str = "1,4,7", ablations: bool = True, jobs: int = 2,
          name: str = "logicp_table", resume: bool = False) -> dict[str, Any]:
     from bench._common import write_result
-    from fednsl.timeseries.data import default_fhwa_path
+    from fednsl.tasks.timeseries.data import default_fhwa_path
 
     size = dict(SIZES["quick" if quick else "default"])
     fhwa = Path(fhwa_path) if fhwa_path else default_fhwa_path()

@@ -88,7 +88,7 @@ def gmm_reference(run: dict[str, Any], seed: int) -> dict[str, float]:
     from sklearn.mixture import GaussianMixture
 
     from fednsl.methods.fednsl_gmm.gmm import GMM, log_responsibilities
-    from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
+    from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
     from fednsl.registry import build_kwargs
 
     data_cfg = build_kwargs(NumericDataConfig, run["data"], "data")

@@ -2,7 +2,9 @@
 
 - ``federated-features``: relation classifier over annotation features (types, mention strings and positions,
   co-occurrence, distances; optional MiniLM text vectors), trained with FedAvg on the clients' training
-  documents (:mod:`kg.backbones.federated`) — the default for real data;
+  documents — the default for real data. It runs a federation, so it lives in (and is registered by) the
+  FedNSL method package (:mod:`fednsl.methods.fednsl.backbone`); the features it reads are
+  :mod:`kg.backbones.text_features`;
 - ``logire-dump``: σ(logits) from a LogiRE-format dump of ATLOP/GAIN/... scores (:mod:`kg.backbones.logire_dump`);
 - ``oracle``: gold edges with drops and noise, for controlled experiments (:mod:`kg.backbones.oracle`).
 
@@ -20,7 +22,6 @@ from kg.backbones.base import (
     check_values,
     register_backbone,
 )
-from kg.backbones.federated import FederatedFeatures, FederatedFeaturesOptions, PairScorer
 from kg.backbones.logire_dump import LogireDump, LogireDumpOptions, load_dump
 from kg.backbones.oracle import NoisyOracle, OracleOptions
 
@@ -28,13 +29,10 @@ __all__ = [
     "BACKBONES",
     "Backbone",
     "ClientDocs",
-    "FederatedFeatures",
-    "FederatedFeaturesOptions",
     "LogireDump",
     "LogireDumpOptions",
     "NoisyOracle",
     "OracleOptions",
-    "PairScorer",
     "backbone_names",
     "build_backbone",
     "cache_dir",

@@ -1,6 +1,6 @@
 """Entity and entity-pair features from what annotations give: types, mention strings, positions, co-occurrence.
 
-Used by the federated backbone (:mod:`kg.backbones.federated`). DWIE ships no article text, only mention
+Used by the federated backbone (:mod:`fednsl.methods.fednsl.backbone`). DWIE ships no article text, only mention
 strings with character offsets, so features come from:
 
 - entity: a text embedding of its mention strings (mean of the unique strings' vectors), a one-hot of its

@@ -1,16 +1,20 @@
-"""FedAvg (McMahan et al., 2017) on a small torch classifier: the first method and the baselines' base."""
+"""FedAvg (McMahan et al., 2017): ``fedavg`` on the blobs task and ``fedavg-numeric`` on the numeric experiment
+(:mod:`.numeric`). The server (:class:`~fednsl.common.fedavg.FedAvgStrategy`) is shared by other methods and
+lives in :mod:`fednsl.common`."""
 
 from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.fedavg.client import TorchClassifierClient
-from fednsl.methods.fedavg.config import FedAvgConfig
-from fednsl.methods.fedavg.strategy import FedAvgStrategy
-from fednsl.methods.fedavg.task import BlobsConfig, get_weights, make_blobs_federation, mlp
+from fednsl.tasks.classifier import TorchClassifierClient
+from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
+from fednsl.tasks.blobs import BlobsConfig, make_blobs_federation, mlp
+from fednsl.common.torch_utils import get_weights
+from fednsl.methods.fedavg.numeric import NumericFedAvgConfig, build_fedavg_numeric
 from fednsl.registry import build_kwargs, register_method
 
-__all__ = ["FedAvgConfig", "FedAvgStrategy", "TorchClassifierClient", "build_fedavg"]
+__all__ = ["FedAvgConfig", "FedAvgStrategy", "NumericFedAvgConfig", "TorchClassifierClient", "build_fedavg",
+           "build_fedavg_numeric"]
 
 
 @register_method("fedavg", doc="FedAvg: weighted mean of client weights (McMahan et al. 2017)")

@@ -4,7 +4,8 @@ Server (:mod:`.strategy`): Transformer rule generator T_θ + rule pool; samples 
 triple with prior log-probabilities and counts (Eq. 5), aggregates client posteriors, retrains T_θ (Eq. 6).
 Clients (:mod:`.client`): ground the bodies on their documents' fuzzy backbone values (Eq. 8), fit rule weights by
 BCE + λ·KL (Eq. 2, 11), send the rule posterior (Eq. 9–10); evaluate personalised relation scores.
-Backbones: :mod:`kg.backbones` (federated-features | logire-dump | oracle).
+Backbones: :mod:`kg.backbones` (logire-dump | oracle) and the FedAvg-trained ``federated-features``
+(:mod:`.backbone`, registered here because it runs a federation).
 """
 
 from __future__ import annotations

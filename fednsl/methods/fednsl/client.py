@@ -23,7 +23,7 @@ import torch
 
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client
-from fednsl.methods.fednsl.config import torch_threads
+from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
 from fednsl.methods.fednsl.scorer import (

@@ -9,8 +9,6 @@ scorer's full-batch Adam are scaled to CPU runs (see the README section "FedNSL"
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,23 +17,8 @@ from fednsl.config import REPO_ROOT
 from fednsl.methods.fednsl.scorer import ScorerOptions
 from fednsl.registry import build_kwargs
 
-__all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path", "torch_threads"]
+__all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path"]
 
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run a block with ``n`` torch intra-op threads (0: unchanged), restoring the previous setting."""
-    import torch
-
-    if n <= 0:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 _CHOICES = {
     "kl_direction": ("reverse", "forward"),

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path, torch_threads
+from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
+from fednsl.common.torch_utils import torch_threads
+from fednsl.methods.fednsl import backbone as _backbone  # noqa: F401  (registers 'federated-features')
 from kg.backbones import ClientDocs, build_backbone
 from kg.documents import Corpus, DataError
 from kg.split import ClientPartition, NerGroupSplit, eligible_documents, split_clients

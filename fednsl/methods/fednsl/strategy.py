@@ -33,7 +33,8 @@ import torch
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.fednsl.client import rules_to_arrays
-from fednsl.methods.fednsl.config import FedNSLConfig, torch_threads
+from fednsl.methods.fednsl.config import FedNSLConfig
+from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
 from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
 from fednsl.methods.fednsl.posterior import normalise_rows

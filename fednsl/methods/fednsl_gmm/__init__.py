@@ -8,8 +8,8 @@ from fednsl.methods.fednsl_gmm.client import FedNSLGMMClient, kl_to_prior, prior
 from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig
 from fednsl.methods.fednsl_gmm.gmm import GMM, init_from_posteriors, log_responsibilities, m_step, sufficient_stats
 from fednsl.methods.fednsl_gmm.strategy import FedNSLGMMStrategy
-from fednsl.methods.numeric.client import client_data_summary
-from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.registry import build_kwargs, register_method
 
 __all__ = ["GMM", "FedNSLGMMClient", "FedNSLGMMConfig", "FedNSLGMMStrategy", "build_fednsl_gmm",

@@ -25,10 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from fednsl.federation.records import Message
-from fednsl.methods.fedavg.task import get_weights, mlp, set_weights
+from fednsl.tasks.blobs import mlp
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.methods.fednsl_gmm.gmm import GMM, log_responsibilities, sufficient_stats
-from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
-from fednsl.methods.numeric.data import NumericClientData
+from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
+from fednsl.tasks.numeric.data import NumericClientData
 
 
 def prior_log_probs(x: np.ndarray, gmm: GMM, floor: float) -> torch.Tensor:

@@ -18,8 +18,8 @@ from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig
 from fednsl.methods.fednsl_gmm.gmm import GMM, init_from_posteriors, m_step
-from fednsl.methods.numeric.client import eval_schema, mean_over_clients
-from fednsl.methods.numeric.data import NumericDataConfig
+from fednsl.tasks.numeric.client import eval_schema, mean_over_clients
+from fednsl.tasks.numeric.data import NumericDataConfig
 
 
 def is_em(stage: str) -> bool:

@@ -17,9 +17,9 @@ from fednsl.methods.fedstl.cluster_id import alignment_losses, assign, cluster_i
 from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.methods.fedstl.strategy import FedSTLStrategy
 from fednsl.registry import build_kwargs, register_method
-from fednsl.timeseries.federated import make_clients, ts_setup
-from fednsl.timeseries.models import get_weights
-from fednsl.timeseries.properties import has_band
+from fednsl.tasks.timeseries.federated import make_clients, ts_setup
+from fednsl.common.torch_utils import get_weights
+from fednsl.tasks.timeseries.properties import has_band
 
 __all__ = ["FedSTLClient", "FedSTLConfig", "FedSTLStrategy", "alignment_losses", "assign", "build_fedstl",
            "cluster_id", "cluster_predictions"]

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message
-from fednsl.timeseries.federated import ForecastClient, sgd_kwargs
-from fednsl.timeseries.models import get_weights, set_weights
-from fednsl.timeseries.properties import property_loss
-from fednsl.timeseries.training import predict, sgd_epochs
+from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.properties import property_loss
+from fednsl.tasks.timeseries.training import predict, sgd_epochs
 
 
 def shared_sample(n: int, fraction: float, seed: int) -> np.ndarray:

@@ -15,8 +15,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fednsl.timeseries.properties import ClientProperty, stack_bands
-from fednsl.timeseries.training import predict
+from fednsl.tasks.timeseries.properties import ClientProperty, stack_bands
+from fednsl.tasks.timeseries.training import predict
 from rules import stl
 
 

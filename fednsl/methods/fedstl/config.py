@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fednsl.timeseries.federated import TSTrainConfig
-from fednsl.timeseries.properties import LP_KINDS
+from fednsl.tasks.timeseries.federated import TSTrainConfig
+from fednsl.tasks.timeseries.properties import LP_KINDS
 
 RULES = ("argmin", "balanced")
 MEASURES = ("lp", "violation", "robustness", "unsatisfied")

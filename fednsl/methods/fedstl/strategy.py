@@ -34,10 +34,12 @@ from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema
 from fednsl.federation.roles import Metrics
 from fednsl.methods.fedstl.cluster_id import cluster_id
 from fednsl.methods.fedstl.config import FedSTLConfig
-from fednsl.timeseries.federated import TSStrategy
-from fednsl.timeseries.models import Forecaster, get_weights, set_weights
-from fednsl.timeseries.properties import ClientProperty, band_loss, mine_property, property_loss, stack_bands
-from fednsl.timeseries.training import sgd_epochs, torch_threads
+from fednsl.tasks.timeseries.federated import TSStrategy
+from fednsl.tasks.timeseries.models import Forecaster
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.properties import ClientProperty, band_loss, mine_property, property_loss, stack_bands
+from fednsl.tasks.timeseries.training import sgd_epochs
+from fednsl.common.torch_utils import torch_threads
 from rules import stl
 
 

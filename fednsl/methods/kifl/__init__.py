@@ -14,7 +14,7 @@ import numpy as np
 
 from fednsl.config import REPO_ROOT, RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.fedavg.task import get_weights
+from fednsl.common.torch_utils import get_weights
 from fednsl.methods.kifl.client import ClientKnowledge, KIFLClient
 from fednsl.methods.kifl.config import KIFLConfig, KIFLDataConfig
 from fednsl.methods.kifl.data import ClientSplit, Dataset, load_dataset, partition

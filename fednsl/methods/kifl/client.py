@@ -17,7 +17,7 @@ from torch import nn
 
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client
-from fednsl.methods.fedavg.task import get_weights, set_weights
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.methods.kifl.combine import knowledge_injected, nll, resolve_conflicts
 from fednsl.methods.kifl.config import KIFLConfig
 from fednsl.methods.kifl.data import ClientSplit

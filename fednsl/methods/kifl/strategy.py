@@ -16,7 +16,7 @@ import numpy as np
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics
-from fednsl.methods.fedavg.strategy import FedAvgStrategy
+from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.methods.kifl.config import KIFLConfig
 
 EVAL_COUNTS = ("num_examples", "correct", "violations")

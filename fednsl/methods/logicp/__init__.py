@@ -12,8 +12,8 @@ Registered methods:
 * ``ts_fedbayes`` — the Fed-Bayes baseline for forecasters: pFedBayes (Zhang et al. 2022) on a Bayesian
   last layer.
 
-Data (``data:``): every dataset of :mod:`fednsl.timeseries.data` plus ``ct_temperature`` and
-``uci_electricity`` (:mod:`fednsl.timeseries.external`, prepared from the original files).
+Data (``data:``): every dataset of :mod:`fednsl.tasks.timeseries.data` plus ``ct_temperature`` and
+``uci_electricity`` (:mod:`fednsl.tasks.timeseries.external`, prepared from the original files).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from fednsl.methods.logicp.losses import LossWeights, cp_loss, logicp_loss, mse_
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.methods.logicp.strategy import LogiCPStrategy, PublicData
 from fednsl.registry import build_kwargs, register_method
-from fednsl.timeseries.federated import make_clients
-from fednsl.timeseries.models import get_weights
+from fednsl.tasks.timeseries.federated import make_clients
+from fednsl.common.torch_utils import get_weights
 
 from fednsl.methods.logicp import baselines as _baselines  # noqa: E402,F401  (registers cp_ifca, ts_fedbayes)
 

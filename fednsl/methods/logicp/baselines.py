@@ -35,14 +35,15 @@ from fednsl.methods.logicp.calibration import SCALE_MODES
 from fednsl.methods.logicp.data import logicp_setup
 from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, ConformalClient
 from fednsl.methods.logicp.splits import SplitConfig
-from fednsl.methods.pfedbayes import bnn
-from fednsl.methods.ts_baselines.clients import TSIFCAClient, unpack_models
-from fednsl.methods.ts_baselines.config import TSIFCAConfig
-from fednsl.methods.ts_baselines.strategy import TSAverageStrategy, TSIFCAStrategy
+from fednsl.common import bnn
+from fednsl.tasks.timeseries.clients import TSIFCAClient, unpack_models
+from fednsl.tasks.timeseries.configs import TSIFCAConfig
+from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 from fednsl.registry import build_kwargs, register_method
-from fednsl.timeseries.federated import ForecastClient, TSTrainConfig, make_clients
-from fednsl.timeseries.models import Forecaster, RecurrentForecaster, get_weights, set_weights
-from fednsl.timeseries.training import minibatches, predict
+from fednsl.tasks.timeseries.federated import ForecastClient, TSTrainConfig, make_clients
+from fednsl.tasks.timeseries.models import Forecaster, RecurrentForecaster
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.training import minibatches, predict
 
 
 # --- CP-IFCA -----------------------------------------------------------------------------------------------

@@ -35,11 +35,12 @@ from fednsl.methods.logicp.correction import conflicts, correct
 from fednsl.methods.logicp.federated_cp import ConformalClient, prefixed
 from fednsl.methods.logicp.losses import LossWeights, logicp_loss, mse_loss, stl_loss
 from fednsl.methods.logicp.splits import SplitConfig
-from fednsl.methods.ts_baselines.clients import unpack_models
-from fednsl.timeseries.data import ClientSeries
-from fednsl.timeseries.federated import ForecastClient, sgd_kwargs
-from fednsl.timeseries.models import Forecaster, get_weights, set_weights
-from fednsl.timeseries.training import forecast_metrics, predict, sgd_epochs
+from fednsl.tasks.timeseries.clients import unpack_models
+from fednsl.tasks.timeseries.data import ClientSeries
+from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
+from fednsl.tasks.timeseries.models import Forecaster
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.training import forecast_metrics, predict, sgd_epochs
 from rules import stl
 
 

@@ -25,7 +25,7 @@ from fednsl.methods.logicp.correction import PRIORITIES
 from fednsl.methods.logicp.losses import CP_KINDS, STL_KINDS, LossWeights
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.registry import build_kwargs
-from fednsl.timeseries.federated import TSTrainConfig
+from fednsl.tasks.timeseries.federated import TSTrainConfig
 
 CLUSTERINGS = ("stl", "loss", "random")
 ASSIGN_RULES = ("argmin", "balanced")

@@ -30,8 +30,9 @@ from fednsl.methods.logicp.calibration import (
     subsample_calibration,
 )
 from fednsl.methods.logicp.splits import SplitConfig
-from fednsl.timeseries.models import Forecaster, set_weights
-from fednsl.timeseries.training import predict
+from fednsl.tasks.timeseries.models import Forecaster
+from fednsl.common.torch_utils import set_weights
+from fednsl.tasks.timeseries.training import predict
 from rules.conformal import coverage, interval_width
 
 CONFORMAL_METRICS = ("cov_joint", "cov_step", "s_cov_joint", "s_cov_step", "width", "width_orig", "qhat_finite")

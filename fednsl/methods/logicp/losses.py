@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fednsl.timeseries.properties import ClientProperty
+from fednsl.tasks.timeseries.properties import ClientProperty
 
 STL_KINDS = ("l1", "squared", "violation")
 CP_KINDS = ("hinge", "squared")

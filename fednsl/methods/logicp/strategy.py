@@ -46,10 +46,11 @@ from fednsl.federation.roles import Metrics
 from fednsl.methods.logicp.config import LogiCPConfig
 from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, with_prefix
 from fednsl.methods.logicp.losses import logicp_loss
-from fednsl.methods.ts_baselines.clients import pack_models
-from fednsl.timeseries.federated import TSStrategy, weighted_metric_means
-from fednsl.timeseries.models import Forecaster, get_weights, set_weights
-from fednsl.timeseries.training import sgd_epochs
+from fednsl.tasks.timeseries.clients import pack_models
+from fednsl.tasks.timeseries.federated import TSStrategy, weighted_metric_means
+from fednsl.tasks.timeseries.models import Forecaster
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.training import sgd_epochs
 from rules import stl
 
 CLUSTER_STAGES = ("cluster", "calibrate.scale", "calibrate")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.fedavg.task import get_weights
+from fednsl.common.torch_utils import get_weights
 from fednsl.methods.lrxfl.client import LRXFLClient
 from fednsl.methods.lrxfl.config import LRXFLConfig
 from fednsl.methods.lrxfl.explain import LocalExplanation, explain_class
 from fednsl.methods.lrxfl.len import EntropyLinear, entropy_logic_loss, len_outputs, make_len
 from fednsl.methods.lrxfl.logic import ConceptSpace, f1_macro, f1_macro_from_counts, join, term_table
 from fednsl.methods.lrxfl.strategy import LRXFLStrategy, beam_search, select_clients
-from fednsl.methods.numeric.client import client_data_summary
-from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.registry import build_kwargs, register_method
 
 __all__ = ["ConceptSpace", "EntropyLinear", "LRXFLClient", "LRXFLConfig", "LRXFLStrategy", "LocalExplanation",

@@ -13,12 +13,12 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message
-from fednsl.methods.fedavg.task import get_weights, set_weights
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.methods.lrxfl.explain import explain_class
 from fednsl.methods.lrxfl.len import len_loss, len_outputs, make_len
 from fednsl.methods.lrxfl.logic import ConceptSpace, cell_index
-from fednsl.methods.numeric.client import NumericClient, Predictor
-from fednsl.methods.numeric.data import NumericClientData
+from fednsl.tasks.numeric.client import NumericClient, Predictor
+from fednsl.tasks.numeric.data import NumericClientData
 
 
 class LRXFLClient(NumericClient):

@@ -30,8 +30,8 @@ from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.lrxfl.config import LRXFLConfig
 from fednsl.methods.lrxfl.logic import ConceptSpace, f1_macro_from_counts, join, to_dnf
-from fednsl.methods.numeric.client import eval_schema, mean_over_clients
-from fednsl.methods.numeric.data import NumericDataConfig
+from fednsl.tasks.numeric.client import eval_schema, mean_over_clients
+from fednsl.tasks.numeric.data import NumericDataConfig
 
 RULE_ARRAYS = ("rule_table", "rule_valid", "rule_acc", "rule_or", "cell_counts")
 

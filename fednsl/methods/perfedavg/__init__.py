@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.fedavg.task import get_weights, mlp
-from fednsl.methods.numeric.client import client_data_summary
-from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
-from fednsl.methods.numeric.strategy import NumericWeightsStrategy
+from fednsl.tasks.blobs import mlp
+from fednsl.common.torch_utils import get_weights
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 from fednsl.methods.perfedavg.client import PerFedAvgClient, hessian_vector_product, maml_step
 from fednsl.methods.perfedavg.config import PerFedAvgConfig
 from fednsl.registry import build_kwargs, register_method

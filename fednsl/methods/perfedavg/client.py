@@ -19,9 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from fednsl.federation.records import Message
-from fednsl.methods.fedavg.task import get_weights, mlp, set_weights
-from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
-from fednsl.methods.numeric.data import NumericClientData
+from fednsl.tasks.blobs import mlp
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
+from fednsl.tasks.numeric.data import NumericClientData
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.numeric.client import client_data_summary
-from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
-from fednsl.methods.numeric.strategy import NumericWeightsStrategy
-from fednsl.methods.pfedbayes import bnn
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
+from fednsl.common import bnn
 from fednsl.methods.pfedbayes.client import PFedBayesClient, global_copy_loss, personal_loss
 from fednsl.methods.pfedbayes.config import PFedBayesConfig
 from fednsl.registry import build_kwargs, register_method

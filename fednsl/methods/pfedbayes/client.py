@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from fednsl.federation.records import Message
-from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor
-from fednsl.methods.numeric.data import NumericClientData
-from fednsl.methods.pfedbayes import bnn
+from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor
+from fednsl.tasks.numeric.data import NumericClientData
+from fednsl.common import bnn
 
 
 def personal_loss(logits: torch.Tensor, y: torch.Tensor, mus, rhos, mus_v, rhos_v, zeta: float,

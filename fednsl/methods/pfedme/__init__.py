@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.fedavg.task import get_weights, mlp
-from fednsl.methods.numeric.client import client_data_summary
-from fednsl.methods.numeric.data import NumericDataConfig, make_numeric_federation
-from fednsl.methods.numeric.strategy import NumericWeightsStrategy
+from fednsl.tasks.blobs import mlp
+from fednsl.common.torch_utils import get_weights
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 from fednsl.methods.pfedme.client import PFedMeClient, pfedme_local_update
 from fednsl.methods.pfedme.config import PFedMeConfig
 from fednsl.methods.pfedme.update import moreau_inner_step, moreau_outer_step

@@ -1,10 +1,10 @@
 """Forecasting baselines of FedSTL Table 2: FedAvg, FedProx, FedRep, Ditto, IFCA (+ IFCA-S).
 
 Registered methods ``ts_fedavg``, ``ts_fedprox``, ``ts_fedrep``, ``ts_ditto``, ``ts_ifca`` run any
-forecaster of :mod:`fednsl.timeseries.models` on any dataset of :mod:`fednsl.timeseries.data`
+forecaster of :mod:`fednsl.tasks.timeseries.models` on any dataset of :mod:`fednsl.tasks.timeseries.data`
 (``data:`` block, default ``synthetic``).  Every evaluation reports MSE (normalised and original
 units), ρ% w.r.t. each client's mined property, the teacher-corrected ("-T") rows and the naive
-seasonal baselines (see :mod:`fednsl.timeseries.federated`).  IFCA's evaluation also reports the
+seasonal baselines (see :mod:`fednsl.tasks.timeseries.federated`).  IFCA's evaluation also reports the
 cluster model ("-S" = IFCA-S, prefix ``s_``).
 """
 
@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.methods.ts_baselines.clients import TSDittoClient, TSFedAvgClient, TSFedRepClient, TSIFCAClient
-from fednsl.methods.ts_baselines.config import (
+from fednsl.tasks.timeseries.clients import TSDittoClient, TSFedAvgClient, TSFedRepClient, TSIFCAClient
+from fednsl.tasks.timeseries.configs import (
     TSDittoConfig,
     TSFedAvgConfig,
     TSFedProxConfig,
     TSFedRepConfig,
     TSIFCAConfig,
 )
-from fednsl.methods.ts_baselines.strategy import TSAverageStrategy, TSIFCAStrategy
+from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 from fednsl.registry import build_kwargs, register_method
-from fednsl.timeseries.federated import TSSetup, TSTrainConfig, make_clients, ts_setup
-from fednsl.timeseries.models import get_weights
+from fednsl.tasks.timeseries.federated import TSSetup, TSTrainConfig, make_clients, ts_setup
+from fednsl.common.torch_utils import get_weights
 
 __all__ = [
     "TSAverageStrategy", "TSDittoClient", "TSDittoConfig", "TSFedAvgClient", "TSFedAvgConfig", "TSFedProxConfig",

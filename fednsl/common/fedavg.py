@@ -1,0 +1,68 @@
+"""FedAvg server: weighted mean of client weights (McMahan et al. 2017).
+
+Shared by every weight-averaging method (``fedavg``, the numeric baselines, KIFL) and by FedNSL's
+federated backbone, so it lives below the method packages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fednsl.federation.aggregate import weighted_average
+from fednsl.federation.records import Message, Schema, weights_schema
+from fednsl.federation.roles import Metrics, Strategy
+
+EVAL_SCHEMA = Schema(metrics=("num_examples", "loss", "accuracy"))
+
+
+@dataclass
+class FedAvgConfig:
+    """FedAvg options (``method_kwargs`` of ``fedavg``)."""
+
+    hidden: int = 32
+    lr: float = 0.1          # client SGD learning rate
+    local_epochs: int = 1    # E in McMahan et al. (2017)
+    batch_size: int = 32     # B
+    server_lr: float = 1.0   # 1.0 = plain FedAvg (server applies the averaged weights)
+
+
+class FedAvgStrategy(Strategy):
+    def __init__(self, initial: dict[str, np.ndarray], cfg: FedAvgConfig):
+        self.weights = {k: v.copy() for k, v in initial.items()}
+        self.cfg = cfg
+
+    def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
+        return Message("train", rnd, arrays=self.weights,
+                       config={"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs,
+                               "batch_size": self.cfg.batch_size})
+
+    def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        n = [r.metrics["num_examples"] for r in replies.values()]
+        avg = weighted_average([r.arrays for r in replies.values()], n)
+        lr = self.cfg.server_lr
+        self.weights = {k: (self.weights[k] + lr * (avg[k] - self.weights[k])).astype(avg[k].dtype) for k in avg}
+        losses = [r.metrics["train_loss"] for r in replies.values()]
+        return {"train_loss": float(np.average(losses, weights=n))}
+
+    def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
+        return Message("evaluate", rnd, arrays=self.weights)
+
+    def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        n = [r.metrics["num_examples"] for r in replies.values()]
+        return {k: float(np.average([r.metrics[k] for r in replies.values()], weights=n)) for k in ("loss", "accuracy")}
+
+    def reply_schema(self, stage: str) -> Schema:
+        if stage == "train":
+            return weights_schema(list(self.weights), extra_metrics=("train_loss",))
+        if stage == "evaluate":
+            return EVAL_SCHEMA
+        return super().reply_schema(stage)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"weights": {k: v.copy() for k, v in self.weights.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.weights = {k: np.asarray(v).copy() for k, v in state["weights"].items()}

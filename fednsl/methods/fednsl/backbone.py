@@ -1,0 +1,297 @@
+"""Federated feature backbone: a relation classifier over annotation features, trained with FedAvg (spec §8.7 ii).
+
+Model (per document, all entity pairs at once):
+
+    e_i   = ReLU(W_e f_i + c_e)                               f_i: entity features (text vector, type, stats)
+    s(h,t) = W_2 ReLU(W_1 [e_h, e_t, e_h ⊙ e_t, g(h,t)] + c_1) + c_2 ∈ R^R,   x_r(h,t) = σ(s_r(h,t))
+
+with g(h, t) the pair features of :mod:`kg.backbones.text_features`. Each client trains on the seen-combo
+entity pairs of its *training* documents (multi-label BCE over the R relations; hold-out and test documents
+are never used), and the server averages the weights (FedAvg, McMahan et al. 2017) — a separate federated
+run on the project's federation core (:class:`fednsl.federation.runner.InProcessRunner`) before the FedNSL
+rounds: ``rounds`` communication rounds of ``local_epochs`` Adam epochs each. Only weights and example counts
+leave a client.
+
+The trained weights are cached under ``$FEDNSL_CACHE/backbones/<key>`` (key = hash of the clients' training
+document ids, combos, options, seed and vocabulary sizes), so runs that share data split and seed (a λ sweep,
+a resumed run) reuse the same backbone; the sub-run's metrics.jsonl is kept beside them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
+from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.config import RunConfig
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.federation.runner import Federation, InProcessRunner
+from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
+from kg.backbones.text_features import DocFeatures, doc_features, embed_strings, resolve_text
+from kg.documents import Document, Vocab
+from kg.seeding import seeded_global_rng
+from kg.split import query_mask
+
+__all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs"]
+
+log = logging.getLogger("fednsl.backbones")
+
+
+@dataclass
+class FederatedFeaturesOptions:
+    text: str = "auto"  # minilm | hash | none | auto
+    hash_dim: int = 256
+    ent_hidden: int = 128
+    hidden: int = 256
+    rounds: int = 15  # FedAvg communication rounds
+    local_epochs: int = 2
+    batch_size: int = 512
+    lr: float = 2e-3
+    weight_decay: float = 1e-5
+    cache: bool = True
+    seed: int | None = None  # fixed backbone seed (None: the run seed), e.g. to share one backbone across seeds
+
+    def __post_init__(self) -> None:
+        for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"federated-features backbone: {name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"federated-features backbone: lr must be > 0, got {self.lr}")
+
+
+class PairScorer(nn.Module):
+    """Entity encoder + pair MLP → R relation logits (module docstring)."""
+
+    def __init__(self, ent_dim: int, pair_dim: int, num_relations: int, ent_hidden: int = 128, hidden: int = 256,
+                 seed: int = 0):
+        super().__init__()
+        with seeded_global_rng(seed):
+            self.ent = nn.Sequential(nn.Linear(ent_dim, ent_hidden), nn.ReLU())
+            self.pair = nn.Sequential(nn.Linear(3 * ent_hidden + pair_dim, hidden), nn.ReLU(),
+                                      nn.Linear(hidden, num_relations))
+
+    def forward(self, ent_h: torch.Tensor, ent_t: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
+        a, b = self.ent(ent_h), self.ent(ent_t)
+        return self.pair(torch.cat([a, b, a * b, pair], dim=-1))
+
+    def document_logits(self, feats: DocFeatures) -> torch.Tensor:
+        """(N, N, R) logits of every ordered pair of one document."""
+        ent = torch.from_numpy(feats.ent)
+        n = ent.shape[0]
+        e = self.ent(ent)
+        a = e[:, None, :].expand(n, n, -1)
+        b = e[None, :, :].expand(n, n, -1)
+        return self.pair(torch.cat([a, b, a * b, torch.from_numpy(feats.pair)], dim=-1))
+
+
+@dataclass
+class TrainPairs:
+    """A client's training pairs: entity feature matrix (E, D), pair index rows (P, 2) into it, pair features
+    (P, F), labels (P, R)."""
+
+    ent: torch.Tensor
+    index: torch.Tensor
+    pair: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+
+def _train_pairs(docs: Sequence[Document], client: ClientDocs, feats: dict[str, DocFeatures], R: int) -> TrainPairs:
+    ents, idx, pairs, ys = [], [], [], []
+    offset = 0
+    for doc in docs:
+        if doc.num_entities == 0:
+            continue
+        f = feats[doc.doc_id]
+        h, t = np.nonzero(query_mask(doc, client.combo))
+        gold = np.zeros((doc.num_entities, doc.num_entities, R), dtype=np.float32)
+        if doc.num_facts:
+            gold[doc.facts[:, 0], doc.facts[:, 2], doc.facts[:, 1]] = 1.0
+        ents.append(f.ent)
+        idx.append(np.stack([h + offset, t + offset], 1))
+        pairs.append(f.pair[h, t])
+        ys.append(gold[h, t])
+        offset += doc.num_entities
+    if not idx:
+        d = next(iter(feats.values())) if feats else None
+        ed = d.ent.shape[1] if d is not None else 0
+        pd = d.pair.shape[2] if d is not None else 0
+        return TrainPairs(torch.zeros(0, ed), torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, pd), torch.zeros(0, R))
+    return TrainPairs(torch.from_numpy(np.concatenate(ents)), torch.from_numpy(np.concatenate(idx)).long(),
+                      torch.from_numpy(np.concatenate(pairs)), torch.from_numpy(np.concatenate(ys)))
+
+
+def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPairs], opts: FederatedFeaturesOptions):
+    """Strategy and clients of the FedAvg phase."""
+    class BackboneStrategy(FedAvgStrategy):
+        """FedAvg with a train stage only (no evaluation stage: the backbone is evaluated inside FedNSL)."""
+
+        def stages(self, rnd: int) -> Sequence[str]:
+            return ("train",)
+
+    class BackboneClient(Client):
+        """Local Adam epochs on the client's training pairs; replies weights + example count only."""
+
+        def __init__(self, cid: str, pairs: TrainPairs):
+            self.cid, self.data = cid, pairs
+            self.model = model_factory()
+
+        def train(self, msg: Message) -> Message:
+            set_weights(self.model, msg.arrays)
+            gen = torch.Generator().manual_seed(int(msg.config["seed"]))
+            opt = torch.optim.Adam(self.model.parameters(), lr=float(msg.config["lr"]),
+                                   weight_decay=opts.weight_decay)
+            d = self.data
+            bs = int(msg.config["batch_size"])
+            total, seen = 0.0, 0
+            self.model.train()
+            for _ in range(int(msg.config["local_epochs"])):
+                order = torch.randperm(len(d), generator=gen)
+                for s in range(0, len(d), bs):
+                    b = order[s:s + bs]
+                    rows = d.index[b]
+                    logits = self.model(d.ent[rows[:, 0]], d.ent[rows[:, 1]], d.pair[b])
+                    loss = nn.functional.binary_cross_entropy_with_logits(logits, d.y[b])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    total += float(loss.detach()) * len(b)
+                    seen += len(b)
+            return msg.reply(self.cid, arrays=get_weights(self.model),
+                             metrics={"num_examples": len(d),
+                                      "train_loss": total / max(seen, 1)})
+
+    init = get_weights(model_factory())
+    cfg = FedAvgConfig(lr=opts.lr, local_epochs=opts.local_epochs, batch_size=opts.batch_size)
+    strategy = BackboneStrategy(init, cfg)
+    clients = {cid: BackboneClient(cid, pairs) for cid, pairs in data.items() if len(pairs)}
+    return strategy, clients
+
+
+@register_backbone("federated-features", FederatedFeaturesOptions,
+                   doc="pair classifier over mention/type/position features, trained with FedAvg on the clients")
+class FederatedFeatures(Backbone):
+    name = "federated-features"
+
+    def __init__(self, options: FederatedFeaturesOptions | None = None):
+        self.options = options or FederatedFeaturesOptions()
+        self.model: PairScorer | None = None
+        self.features: dict[str, DocFeatures] = {}
+        self.message_hook: Callable[[str, str, Any], None] | None = None
+        self.summary: dict[str, Any] = {}
+
+    # -- features (client-local) -------------------------------------------------------------------------
+    def _client_features(self, client: ClientDocs, num_types: int, text: str) -> None:
+        docs = [d for d in client.documents if d.doc_id not in self.features]
+        strings = sorted({m.text for d in docs for m in d.mentions} | {n for d in docs for n in d.entity_names})
+        vecs = embed_strings(strings, text, self.options.hash_dim, use_cache=self.options.cache)
+        table = dict(zip(strings, vecs))
+        dim = vecs.shape[1] if len(strings) else (0 if text == "none" else (384 if text == "minilm" else self.options.hash_dim))
+        for d in docs:
+            self.features[d.doc_id] = doc_features(d, num_types, table, dim)
+
+    def _key(self, clients: Sequence[ClientDocs], R: int, T: int, text: str, seed: int) -> str:
+        opts = {k: v for k, v in asdict(self.options).items() if k != "cache"}
+        blob = json.dumps({"clients": [[c.cid, c.combo.name, sorted(c.combo.head_types), sorted(c.combo.tail_types),
+                                        [d.doc_id for d in c.train]] for c in clients],
+                           "opts": opts, "text": text, "R": R, "T": T, "seed": seed, "v": 1}, sort_keys=True)
+        return hashlib.sha1(blob.encode()).hexdigest()[:20]
+
+    def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
+                documents: Sequence[Document] = ()) -> dict[str, Any]:
+        opts = self.options
+        if opts.seed is not None:
+            seed = int(opts.seed)
+        R, T = len(relations), len(entity_types)
+        text = resolve_text(opts.text)
+        t0 = time.perf_counter()
+        for c in clients:
+            self._client_features(c, T, text)
+        t_feat = time.perf_counter() - t0
+        any_feat = next(iter(self.features.values()))
+        ent_dim, pair_dim = any_feat.ent.shape[1], any_feat.pair.shape[2]
+
+        def factory() -> PairScorer:
+            return PairScorer(ent_dim, pair_dim, R, opts.ent_hidden, opts.hidden, seed=seed)
+
+        key = self._key(clients, R, T, text, seed)
+        where = cache_dir("backbones", key) if opts.cache else None
+        weights_file = where / "weights.npz" if where is not None else None
+        model = factory()
+        t1 = time.perf_counter()
+        cached = weights_file is not None and weights_file.exists()
+        if cached:
+            with np.load(weights_file) as z:
+                set_weights(model, {k: z[k] for k in z.files})
+            info = json.loads((where / "summary.json").read_text()) if (where / "summary.json").exists() else {}
+        else:
+            data = {c.cid: _train_pairs(c.train, c, self.features, R) for c in clients}
+            info = self._federate(factory, data, where, seed)
+            set_weights(model, info.pop("weights"))
+            if weights_file is not None:
+                np.savez(weights_file, **get_weights(model))
+                (where / "summary.json").write_text(json.dumps(info, indent=1))
+        model.eval()
+        self.model = model
+        self.summary = {"backbone": self.name, "text": text, "cache_key": key, "cached": bool(cached),
+                        "feature_time_s": t_feat, "train_time_s": time.perf_counter() - t1,
+                        "cache_dir": None if where is None else str(where), **info}
+        return self.summary
+
+    def _federate(self, factory: Callable[[], PairScorer], data: dict[str, TrainPairs], where: Path | None,
+                  seed: int) -> dict[str, Any]:
+        opts = self.options
+        strategy, clients = _make_phase(factory, data, opts)
+        if not clients:
+            raise ValueError("federated-features backbone: no client has training pairs (empty training documents?)")
+        cfg = RunConfig(method="fedavg", rounds=opts.rounds, seed=seed, name="backbone",
+                        federation={"min_clients": 1})
+        tmp = None
+        run_dir = where / "run" if where is not None else Path(tmp := tempfile.mkdtemp(prefix="fednsl-backbone-"))
+        if run_dir.exists():
+            for p in sorted(run_dir.rglob("*"), reverse=True):
+                p.unlink() if p.is_file() else p.rmdir()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log.info("backbone: FedAvg pre-training, %d rounds over %d clients", opts.rounds, len(clients))
+        result = InProcessRunner(Federation(strategy, dict(clients)), cfg, run_dir, progress=False,
+                                 message_hook=self.message_hook).run()
+        losses = [r["train_loss"] for r in result.rows if r["scope"] == "server" and r["stage"] == "train"
+                  and "train_loss" in r]
+        info = {"rounds": opts.rounds, "train_loss": losses, "train_pairs": {c: len(p) for c, p in data.items()},
+                "weights": strategy.weights}
+        if tmp is not None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        return info
+
+    # -- inference (client-local) ----------------------------------------------------------------------
+    @torch.no_grad()
+    def values(self, client: ClientDocs | None, doc: Document) -> np.ndarray:
+        if self.model is None:
+            raise RuntimeError("federated-features backbone: call prepare() first")
+        n = doc.num_entities
+        R = self.model.pair[-1].out_features
+        if n == 0:
+            return np.zeros((0, 0, R), dtype=np.float32)
+        if doc.doc_id not in self.features:
+            raise ValueError(f"federated-features backbone: document {doc.doc_id} is not among the prepared clients' "
+                             "documents")
+        x = torch.sigmoid(self.model.document_logits(self.features[doc.doc_id])).numpy().astype(np.float32)
+        x[np.arange(n), np.arange(n)] = 0.0
+        return x

@@ -1,0 +1,50 @@
+"""FedAvg client: E local epochs of minibatch SGD from the global weights."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.tasks.blobs import ClientData
+from fednsl.common.torch_utils import get_weights, set_weights
+
+
+class TorchClassifierClient(Client):
+    """Holds a model and private data; returns weights + example count only."""
+
+    def __init__(self, cid: str, data: ClientData, model: nn.Module):
+        self.cid, self.data, self.model = cid, data, model
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def train(self, msg: Message) -> Message:
+        set_weights(self.model, msg.arrays)
+        gen = torch.Generator().manual_seed(int(msg.config["seed"]))
+        opt = torch.optim.SGD(self.model.parameters(), lr=float(msg.config["lr"]))
+        x, y = torch.from_numpy(self.data.x_train), torch.from_numpy(self.data.y_train)
+        bs = int(msg.config["batch_size"])
+        total, seen = 0.0, 0
+        self.model.train()
+        for _ in range(int(msg.config["local_epochs"])):
+            order = torch.randperm(len(y), generator=gen)
+            for start in range(0, len(y), bs):
+                idx = order[start:start + bs]
+                opt.zero_grad()
+                loss = self.loss_fn(self.model(x[idx]), y[idx])
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(idx)
+                seen += len(idx)
+        return msg.reply(self.cid, arrays=get_weights(self.model),
+                         metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)})
+
+    def evaluate(self, msg: Message) -> Message:
+        set_weights(self.model, msg.arrays)
+        self.model.eval()
+        with torch.no_grad():
+            x, y = torch.from_numpy(self.data.x_test), torch.from_numpy(self.data.y_test)
+            logits = self.model(x)
+            loss = float(self.loss_fn(logits, y))
+            acc = float((logits.argmax(1) == y).float().mean())
+        return msg.reply(self.cid, metrics={"num_examples": len(y), "loss": loss, "accuracy": acc})
