@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 from tqdm.auto import tqdm
 
+from kg.seeding import derive_rng
 from fednsl.config import RunConfig
 from fednsl.federation import peer as PP
 from fednsl.federation.records import InvalidMessageError, Message, validate
@@ -73,7 +73,7 @@ class DecentralisedRunner:
 
     # -- one round: the peer protocol over len(stages) steps --------------------------------------
     def _round(self, rnd: int, stages: list[str]) -> None:
-        rng = np.random.default_rng([self.cfg.seed, rnd, 0x9E37])
+        rng = derive_rng(self.cfg.seed, rnd, 0x9E37)
         states: dict[str, PP.PeerState] = {}
         bag: list[tuple[str, PP.PeerMsg]] = []
         payload: dict[tuple[int, str, str], Message] = {}        # (step, requester, dst) -> request

@@ -15,14 +15,13 @@ import math
 import queue
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 from tqdm.auto import tqdm
 
+from kg.seeding import derive_rng, derive_seed
 from fednsl.config import RunConfig
 from fednsl.federation import protocol
 from fednsl.federation.records import InvalidMessageError, Message, validate
@@ -61,8 +60,7 @@ class RunResult:
 
 def client_seed(seed: int, rnd: int, stage: str, index: int) -> int:
     """Seed a client's work in (round, stage) deterministically, independent of arrival order."""
-    ss = np.random.SeedSequence([seed, rnd, zlib.crc32(stage.encode()), index])
-    return int(ss.generate_state(1, dtype=np.uint32)[0])
+    return derive_seed(seed, rnd, stage, index)
 
 
 def sample_clients(ids: Sequence[str], fraction: float, min_clients: int, seed: int, rnd: int,
@@ -71,7 +69,7 @@ def sample_clients(ids: Sequence[str], fraction: float, min_clients: int, seed: 
     k = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
     if k == len(ids):
         return tuple(ids)
-    rng = np.random.default_rng([seed, rnd, zlib.crc32(stage.encode())])
+    rng = derive_rng(seed, rnd, stage)
     pick = rng.choice(len(ids), size=k, replace=False)
     return tuple(ids[i] for i in sorted(pick))
 

@@ -14,13 +14,13 @@ of every document, test documents included, by design (it stands in for a perfec
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kg.seeding import derive_rng
 from kg.backbones.base import Backbone, ClientDocs, register_backbone
 from kg.documents import Document, Vocab
 
@@ -70,7 +70,7 @@ class NoisyOracle(Backbone):
             raise RuntimeError("oracle backbone: call prepare() first")
         R = len(self.drop)
         n = doc.num_entities
-        rng = np.random.default_rng([self.seed, zlib.crc32(doc.doc_id.encode())])
+        rng = derive_rng(self.seed, doc.doc_id)
         o = self.options
         noise = np.abs(rng.normal(0.0, o.sigma, size=(n, n, R)))
         gold = np.zeros((n, n, R), dtype=bool)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import zlib
+
+import numpy as np
+import pytest
 import torch
 
-from kg.seeding import isolated_global_rng, seeded_global_rng
+from kg.seeding import derive_rng, derive_seed, isolated_global_rng, seed_sequence, seeded_global_rng
 
 
 def _dropout_draws(seed: int) -> torch.Tensor:
@@ -63,3 +67,24 @@ def test_builders_leave_the_global_rng_alone_and_stay_out_of_seeded_blocks() -> 
         got = pool.submit(_dropout_draws, 7).result()
         noise.result()
     assert torch.equal(got, expected)
+
+
+def test_derive_seed_is_the_first_word_of_the_seed_sequence_with_crc32_strings() -> None:
+    """The one formula (written out independently): SeedSequence([seed, ints…, crc32(strings)…]), first uint32."""
+    expected = np.random.SeedSequence([7, 3, zlib.crc32(b"train"), 2]).generate_state(1, dtype=np.uint32)[0]
+    assert derive_seed(7, 3, "train", 2) == int(expected)
+    assert derive_seed(7, 3, 0x4B4D) == int(np.random.SeedSequence([7, 3, 0x4B4D]).generate_state(1)[0])
+    a = derive_rng(5, 1, 0x9E37).integers(0, 2**31, size=8)
+    b = np.random.default_rng([5, 1, 0x9E37]).integers(0, 2**31, size=8)
+    np.testing.assert_array_equal(a, b)
+    assert seed_sequence(5, "x").entropy == np.random.SeedSequence([5, zlib.crc32(b"x")]).entropy
+
+
+def test_derive_seed_separates_purposes_and_rejects_bad_parts() -> None:
+    seeds = {derive_seed(0, rnd, purpose) for rnd in range(5) for purpose in ("sample", "pool", "fit")}
+    assert len(seeds) == 15 and all(0 <= s < 2**32 for s in seeds)
+    assert derive_seed(0, 1, 2) != derive_seed(0, 2, 1)
+    with pytest.raises(TypeError, match="int or str"):
+        derive_seed(0, 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=">= 0"):
+        derive_seed(-1, "x")

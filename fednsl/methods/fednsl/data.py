@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kg.seeding import derive_rng
 from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
 from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl import backbone as _backbone  # noqa: F401  (registers 'federated-features')
@@ -72,7 +73,7 @@ def _subset(corpus: Corpus, max_docs: int | None, seed: int) -> Corpus:
     docs = sorted(docs, key=lambda d: d.doc_id)
     if max_docs >= len(docs):
         return corpus
-    pick = np.sort(np.random.default_rng([seed, 7]).choice(len(docs), size=max_docs, replace=False))
+    pick = np.sort(derive_rng(seed, 7).choice(len(docs), size=max_docs, replace=False))
     keep = [docs[int(i)] for i in pick]
     return Corpus(keep, corpus.relations, corpus.entity_types, corpus.name, corpus.report,
                   {**corpus.meta, "max_docs": max_docs})

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kg.seeding import derive_seed
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
 from fednsl.methods.fednsl.client import rules_to_arrays
@@ -46,11 +46,6 @@ from rules.store import RuleStore
 __all__ = ["FedNSLStrategy", "rule_recall"]
 
 log = logging.getLogger("fednsl.methods.fednsl")
-
-
-def _seed(seed: int, rnd: int, purpose: str) -> int:
-    ss = np.random.SeedSequence([int(seed), int(rnd), zlib.crc32(purpose.encode())])
-    return int(ss.generate_state(1, dtype=np.uint32)[0])
 
 
 def rule_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
@@ -95,7 +90,7 @@ class FedNSLStrategy(Strategy):
                                           num_decoder_layers=g.num_decoder_layers,
                                           dim_feedforward=g.dim_feedforward, dropout=g.dropout,
                                           positional=g.positional)
-        self.model = RuleGenerator(self.gen_config, torch.Generator().manual_seed(_seed(seed, 0, "generator-init")))
+        self.model = RuleGenerator(self.gen_config, torch.Generator().manualderive_seed(derive_seed(seed, 0, "generator-init")))
         self.pool = RulePool(self.R, cfg.max_body_len)
         self.triples = torch.zeros(0, 3, dtype=torch.long)
         self.constraints: TypeConstraints | None = None
@@ -172,14 +167,14 @@ class FedNSLStrategy(Strategy):
         with torch_threads(self.cfg.num_threads):
             losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
                                      samples_per_epoch=g.samples_per_epoch,
-                                     generator=torch.Generator().manual_seed(_seed(self.seed, rnd, purpose)),
+                                     generator=torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, purpose)),
                                      uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
         self.last_gen_loss = losses[-1] if losses else None
         return losses
 
     # -- training round --------------------------------------------------------------------------------------
     def _sample(self, rnd: int) -> RuleSet:
-        gen = torch.Generator().manual_seed(_seed(self.seed, rnd, "sample"))
+        gen = torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, "sample"))
         with torch_threads(self.cfg.num_threads):
             s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen,
                              constraints=self.constraints)
@@ -241,7 +236,7 @@ class FedNSLStrategy(Strategy):
             posteriors[keys[t]] = d
         self.pool.update(posteriors, self.cfg.pool_mode, self.cfg.pool_ratio,  # type: ignore[arg-type]
                          num_samples=self.cfg.pool_samples,
-                         generator=torch.Generator().manual_seed(_seed(self.seed, rnd, "pool")))
+                         generator=torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, "pool")))
         t1 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.epochs, "generator")
         t2 = time.perf_counter()

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from kg.seeding import derive_seed
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema
 from fednsl.federation.roles import Metrics
@@ -47,9 +48,9 @@ def _copy(w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).copy() for k, v in w.items()}
 
 
-def _seed(*parts: int | str) -> int:
-    ints = [p if isinstance(p, int) else int.from_bytes(str(p).encode()[:8].ljust(8, b"\0"), "little") for p in parts]
-    return int(np.random.SeedSequence(ints).generate_state(1, dtype=np.uint32)[0])
+# The purpose word this seed has always used (the bytes of "cluster"), kept so that published FedSTL numbers
+# reproduce bit for bit; new purposes pass strings to derive_seed.
+_CLUSTER_PURPOSE = int.from_bytes(b"cluster\0", "little")
 
 
 class FedSTLStrategy(TSStrategy):
@@ -197,7 +198,7 @@ class FedSTLStrategy(TSStrategy):
                 return mse + lam * band_loss(p, lower, upper, lp) if lam else mse
         net = self.net
         set_weights(net, self.models[j])
-        gen = torch.Generator().manual_seed(_seed(self.seed, rnd, j, "cluster"))
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, rnd, j, _CLUSTER_PURPOSE))
         with torch_threads(cfg.threads):
             loss = sgd_epochs(net, x, y, epochs=cfg.cluster_epochs, batch_size=cfg.batch_size,
                               lr=cfg.cluster_lr or cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,

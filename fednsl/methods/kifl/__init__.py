@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-
+from kg.seeding import derive_seed
 from fednsl.config import REPO_ROOT, RunConfig
 from fednsl.federation.runner import Federation
 from fednsl.common.torch_utils import get_weights
@@ -52,7 +51,7 @@ def client_knowledge(cid: str, index: int, split: ClientSplit, ds: Dataset, cfg:
                      ids: list[str]) -> tuple[ClientKnowledge, float]:
     """Build client ``cid``'s KMs from ``cfg.knowledge`` and its λ^m (the KMs are fitted on its slice only)."""
     entry = _entry(cfg.knowledge, cid, ids)
-    fseed = int(np.random.SeedSequence([seed, index, 0x4B4D]).generate_state(1)[0])
+    fseed = derive_seed(seed, index, 0x4B4D)
     fitter = KnowledgeFitter(cid, split, ds.num_classes, ds.image_shape, float(ds.hi.max()), fseed)
     common = dict(image_shape=ds.image_shape, feature_names=ds.feature_names, class_names=ds.class_names,
                   base_dir=REPO_ROOT)

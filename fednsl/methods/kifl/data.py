@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kg.seeding import derive_rng
+
 __all__ = [
     "COVTYPE_CLASSES",
     "COVTYPE_FEATURES",
@@ -239,7 +241,7 @@ def partition(ds: Dataset, num_clients: int, classes_per_client: int, train_frac
                          f"{train_fraction} + {km_fraction}")
     if not 0 < test_ratio < 1:
         raise ValueError(f"test_ratio must be in (0, 1), got {test_ratio}")
-    rng = np.random.default_rng([seed, 0x4B1F])
+    rng = derive_rng(seed, 0x4B1F)
     x, y, xt, yt = ds.x, ds.y, ds.x_test, ds.y_test
     if max_samples is not None and len(y) > max_samples:
         keep = np.sort(rng.choice(len(y), size=max_samples, replace=False))

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from kg.seeding import derive_rng
 from fednsl.methods.kifl.data import ClientSplit
 from fednsl.methods.kifl.knowledge import (
     EstimatorPredictionKM,
@@ -102,7 +103,7 @@ class KnowledgeFitter:
         self.pkm: PredictionKM | None = None   # set by the builder once the P-KM exists (paper_lookup needs it)
 
     def _rng(self, salt: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, salt])
+        return derive_rng(self.seed, salt)
 
     def _need_slice(self, what: str) -> None:
         if len(self.split.y_km) == 0:

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from kg.seeding import derive_rng, derive_seed
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics
@@ -127,7 +128,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         p = self.cfg.participation
         if p >= 1.0:
             return ids
-        rng = np.random.default_rng([self.seed, rnd, 0x10C1C9])
+        rng = derive_rng(self.seed, rnd, 0x10C1C9)
         k = max(1, math.ceil(p * len(ids)))
         return sorted(ids[i] for i in rng.choice(len(ids), size=min(k, len(ids)), replace=False))
 
@@ -203,8 +204,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
 
             net = self.model_factory()
             set_weights(net, self.clusters[k])
-            state = np.random.SeedSequence([self.seed, rnd, k, 0xC1]).generate_state(1)[0]
-            gen = torch.Generator().manual_seed(int(state))
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, rnd, k, 0xC1))
             losses.append(sgd_epochs(net, x, torch.cat([y, lo, up], dim=1), gen=gen, objective=objective, **sgd))
             self.clusters[k] = get_weights(net)
         return {"cluster_train_loss": float(np.mean(losses))} if losses else {}
@@ -251,7 +251,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         self.n_cal.update({c: int(replies[c].arrays["n_cal"][0]) for c in ids})
         k = self.cfg.num_clusters
         before = {c: self.assign.get(c, -1) for c in ids}
-        rng = np.random.default_rng([self.seed, rnd, 0xA55])
+        rng = derive_rng(self.seed, rnd, 0xA55)
         first = self.clusters is None
         if first or self.cfg.clustering == "random":
             new = [c for c in ids if self.assign.get(c, -1) < 0] if not first else ids

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kg.seeding import derive_rng, seed_sequence
+
 PAPER_MEANS = [[20.0, 20.0], [10.0, 10.0], [2.0, 2.0]]
 PAPER_COVARIANCES = [[[0.5, 0.1], [0.1, 0.5]], [[0.5, 0.2], [0.2, 0.5]], [[0.5, -0.3], [-0.3, 0.5]]]
 
@@ -124,7 +126,7 @@ def sample_class(rng: np.random.Generator, cfg: NumericDataConfig, k: int, n: in
 
 def make_numeric_federation(cfg: NumericDataConfig, seed: int) -> dict[str, NumericClientData]:
     """The two (or more) clients' data of App. A.5, deterministic in ``seed``."""
-    root = np.random.SeedSequence([int(seed), 0xA5])
+    root = seed_sequence(seed, 0xA5)
     pool_ss, *client_ss = root.spawn(1 + len(cfg.unseen_classes))
     pool_rng = np.random.default_rng(pool_ss)
     points = [sample_class(pool_rng, cfg, k, cfg.points_per_class) for k in range(cfg.classes)]
@@ -141,7 +143,7 @@ def make_numeric_federation(cfg: NumericDataConfig, seed: int) -> dict[str, Nume
         unseen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for h in cfg.heterogeneity:
             n_shift = int(round(h * len(test_u)))
-            level_rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xA5, i, int(round(1000 * h))]))
+            level_rng = derive_rng(seed, 0xA5, i, int(round(1000 * h)))
             shifted = sample_class(level_rng, cfg, u, n_shift, shift=cfg.shifts[i])
             xt = np.concatenate([shifted, test_u[n_shift:]])
             unseen[level_name(h)] = (cfg.to_model_space(xt), np.full(len(xt), u, dtype=np.int64))

@@ -45,6 +45,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kg.seeding import derive_rng
+
 PERIOD = 24  # hours per day: the seasonal period of every dataset here
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FHWA_RELATIVE = Path("fhwa_logicp") / "fhwa_100_clients.npz"
@@ -270,7 +272,7 @@ def make_synthetic(cfg: TSDataConfig, seed: int) -> TSData:
     ``[L + A·p·(1 − j)·(1 − weekend) − e,  L + A·p·(1 + j) + e]``, stored with the group in
     ``meta["band_lower"]``, ``meta["band_upper"]`` ``(24,)`` and ``meta["group"]``.  ``cfg.days`` days
     per client; windows every ``cfg.stride`` hours, chronological split."""
-    rng = np.random.default_rng([seed, 20240107])
+    rng = derive_rng(seed, 20240107)
     n = cfg.num_clients or 12
     if cfg.groups < 1:
         raise ValueError(f"data.groups must be >= 1, got {cfg.groups}")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from kg.seeding import derive_seed
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Client, Metrics, Strategy
@@ -112,9 +113,9 @@ class TSSetup:
         return build_forecaster(self.model_cfg, self.data.input_len, self.data.horizon, seed)
 
     def model_seed(self, purpose: str, index: int = 0) -> int:
-        """Deterministic init seed for (run seed, purpose, index)."""
-        ss = np.random.SeedSequence([self.run_seed, index, *purpose.encode()])
-        return int(ss.generate_state(1, dtype=np.uint32)[0])
+        """Deterministic init seed for (run seed, purpose, index). The purpose enters as its UTF-8 bytes (one
+        entropy word each), as it always has, so that published time-series numbers reproduce bit for bit."""
+        return derive_seed(self.run_seed, index, *purpose.encode())
 
     def summary(self) -> dict[str, Any]:
         return {**self.data.summary(), "model": self.model_cfg.name, "template": self.template.name,
