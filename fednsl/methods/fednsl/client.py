@@ -26,11 +26,10 @@ from fednsl.federation.roles import Client
 from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
+from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions, rules_from_message, scorer_options_from
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
-    RuleSet,
-    ScorerOptions,
     TransferScorer,
     fit_scorer,
     fit_transfer,
@@ -40,40 +39,11 @@ from fednsl.methods.fednsl.scorer import (
 from kg.split import ClientPartition, query_mask
 from rules.mining import mine_cooccurrence
 
-__all__ = ["FedNSLClient", "rules_from_message", "rules_to_arrays"]
+__all__ = ["FedNSLClient"]
 
 log = logging.getLogger("fednsl.methods.fednsl")
 
 PARTS = ("train", "holdout", "seen_test", "unseen_test")
-
-
-def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
-    """The round's rule set from a server message (see :mod:`.messages`)."""
-    missing = [k for k in ("triples", "bodies", "log_prior", "counts", "mask") if k not in arrays]
-    if missing:
-        raise ValueError(f"server message lacks the rule arrays {missing}")
-    mask = torch.as_tensor(np.asarray(arrays["mask"], dtype=bool))
-    return RuleSet(torch.as_tensor(np.asarray(arrays["triples"], dtype=np.int64)),
-                   torch.as_tensor(np.asarray(arrays["bodies"], dtype=np.int64)),
-                   torch.as_tensor(np.asarray(arrays["log_prior"], dtype=np.float64)),
-                   torch.as_tensor(np.asarray(arrays["counts"], dtype=np.int64)), mask)
-
-
-def rules_to_arrays(rules: RuleSet) -> dict[str, np.ndarray]:
-    lp = torch.where(rules.mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64))
-    return {"triples": rules.triples.numpy().astype(np.int64), "bodies": rules.bodies.numpy().astype(np.int64),
-            "log_prior": lp.numpy(), "counts": rules.counts.numpy().astype(np.int64),
-            "mask": rules.mask.numpy().astype(bool)}
-
-
-def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> ScorerOptions:
-    """Scorer options sent by the server in ``msg.config`` (falling back to the client's defaults)."""
-    fields = {k: config[k] for k in ("kl_weight", "kl_direction", "prior_source", "count_correction",
-                                    "pass_through", "posterior_instances", "steps", "lr", "weight_decay", "bias_init",
-                                    "transfer_top")
-              if k in config}
-    base = default.__dict__ | fields
-    return ScorerOptions(**base)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fednsl.config import REPO_ROOT
-from fednsl.methods.fednsl.scorer import ScorerOptions
+from fednsl.methods.fednsl.messages import SCORER_KEYS, ScorerOptions
 from fednsl.registry import build_kwargs
 
 __all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path"]
@@ -102,13 +102,9 @@ class FedNSLConfig:
         self.gen = build_kwargs(GeneratorOptions, self.generator, "method_kwargs.generator")
 
     def scorer_options(self) -> ScorerOptions:
-        return ScorerOptions(kl_weight=self.kl_weight, kl_direction=self.kl_direction,  # type: ignore[arg-type]
-                             prior_source=self.prior_source, count_correction=self.count_correction,  # type: ignore[arg-type]
-                             pass_through=self.pass_through,
-                             posterior_instances=self.posterior_instances,  # type: ignore[arg-type]
-                             steps=self.scorer_steps, lr=self.scorer_lr, weight_decay=self.scorer_weight_decay,
-                             bias_init=self.scorer_bias_init,  # type: ignore[arg-type]
-                             transfer_top=self.transfer_top)
+        """The client-fit options of this config: each :data:`~.messages.SCORER_KEYS` entry is the option of the
+        same name here, or ``scorer_<name>`` (``steps``, ``lr``, ``weight_decay``, ``bias_init``)."""
+        return ScorerOptions(**{k: getattr(self, k if hasattr(self, k) else f"scorer_{k}") for k in SCORER_KEYS})
 
     def backbone_spec(self) -> tuple[str, dict[str, Any]]:
         opts = dict(self.backbone)

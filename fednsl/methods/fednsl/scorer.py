@@ -26,49 +26,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
 from fednsl.methods.fednsl.posterior import (
-    KLDirection,
-    PriorSource,
     instance_log_posterior,
     kl_divergence,
-    prior_distribution,
     score_h,
     triple_posterior,
 )
 
-__all__ = ["RuleSet", "Instances", "ScorerOptions", "FittedScorer", "TransferScorer", "fit_scorer",
+__all__ = ["Instances", "FittedScorer", "TransferScorer", "fit_scorer",
            "fit_transfer", "posterior_of", "predict_logits", "transfer_features"]
-
-
-@dataclass
-class RuleSet:
-    """One round's candidate bodies as the server sent them (Eq. 5).
-
-    triples (T, 3) long (r, type_h, type_t); bodies (T, J, L) long padded with 2R; log_prior (T, J) float
-    (0 where masked); counts (T, J) long n_j; mask (T, J) bool.
-    """
-
-    triples: torch.Tensor
-    bodies: torch.Tensor
-    log_prior: torch.Tensor
-    counts: torch.Tensor
-    mask: torch.Tensor
-
-    @property
-    def num_triples(self) -> int:
-        return int(self.triples.shape[0])
-
-    @property
-    def num_bodies(self) -> int:
-        return int(self.bodies.shape[1])
-
-    def prior(self, source: PriorSource = "counts") -> torch.Tensor:
-        return prior_distribution(self.log_prior.double(), self.counts, self.mask, source)
 
 
 @dataclass
@@ -95,24 +66,6 @@ class Instances:
     def counts_per_triple(self, num_triples: int) -> torch.Tensor:
         w = torch.ones(len(self), dtype=torch.float64) if self.weight is None else self.weight.double()
         return torch.zeros(num_triples, dtype=torch.float64).index_add(0, self.tri, w)
-
-
-@dataclass(frozen=True)
-class ScorerOptions:
-    """Hyper-parameters of the client fit (all from config)."""
-
-    kl_weight: float = 0.1
-    kl_direction: KLDirection = "reverse"
-    prior_source: PriorSource = "counts"
-    count_correction: bool = False
-    pass_through: bool = True
-    posterior_instances: Literal["all", "positive"] = "positive"
-    steps: int = 150
-    lr: float = 0.1
-    weight_decay: float = 0.0
-    bias_init: Literal["uniform", "base_rate"] = "base_rate"
-    transfer_steps: int = 100
-    transfer_top: int = 5
 
 
 @dataclass

@@ -32,13 +32,19 @@ import torch
 from kg.seeding import derive_seed
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Strategy
-from fednsl.methods.fednsl.client import rules_to_arrays
 from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
-from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
+from fednsl.methods.fednsl.messages import (
+    EVAL_SCHEMA,
+    STATS_SCHEMA,
+    TRAIN_SCHEMA,
+    RuleSet,
+    rules_from_message,
+    rules_to_arrays,
+    scorer_config,
+)
 from fednsl.methods.fednsl.posterior import normalise_rows
-from fednsl.methods.fednsl.scorer import RuleSet
 from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sample_rules, train_generator
 from rules.pool import RulePool, aggregate_distributions
 from rules.store import RuleStore
@@ -90,7 +96,7 @@ class FedNSLStrategy(Strategy):
                                           num_decoder_layers=g.num_decoder_layers,
                                           dim_feedforward=g.dim_feedforward, dropout=g.dropout,
                                           positional=g.positional)
-        self.model = RuleGenerator(self.gen_config, torch.Generator().manualderive_seed(derive_seed(seed, 0, "generator-init")))
+        self.model = RuleGenerator(self.gen_config, torch.Generator().manual_seed(derive_seed(seed, 0, "generator-init")))
         self.pool = RulePool(self.R, cfg.max_body_len)
         self.triples = torch.zeros(0, 3, dtype=torch.long)
         self.constraints: TypeConstraints | None = None
@@ -167,27 +173,19 @@ class FedNSLStrategy(Strategy):
         with torch_threads(self.cfg.num_threads):
             losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
                                      samples_per_epoch=g.samples_per_epoch,
-                                     generator=torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, purpose)),
+                                     generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, purpose)),
                                      uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
         self.last_gen_loss = losses[-1] if losses else None
         return losses
 
     # -- training round --------------------------------------------------------------------------------------
     def _sample(self, rnd: int) -> RuleSet:
-        gen = torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, "sample"))
+        gen = torch.Generator().manual_seed(derive_seed(self.seed, rnd, "sample"))
         with torch_threads(self.cfg.num_threads):
             s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen,
                              constraints=self.constraints)
         lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
         return RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
-
-    def _scorer_config(self) -> dict[str, Any]:
-        c = self.cfg
-        return {"kl_weight": float(c.kl_weight), "kl_direction": c.kl_direction, "prior_source": c.prior_source,
-                "count_correction": bool(c.count_correction), "pass_through": bool(c.pass_through),
-                "posterior_instances": c.posterior_instances, "steps": int(c.scorer_steps), "lr": float(c.scorer_lr),
-                "weight_decay": float(c.scorer_weight_decay), "bias_init": c.scorer_bias_init,
-                "transfer_top": int(c.transfer_top)}
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         if not self.initialised:
@@ -195,7 +193,7 @@ class FedNSLStrategy(Strategy):
         if self.current is None or self.current_round != rnd:
             self.current = self._sample(rnd)
             self.current_round = rnd
-        return Message("train", rnd, arrays=rules_to_arrays(self.current), config=self._scorer_config())
+        return Message("train", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options()))
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         assert self.current is not None
@@ -236,7 +234,7 @@ class FedNSLStrategy(Strategy):
             posteriors[keys[t]] = d
         self.pool.update(posteriors, self.cfg.pool_mode, self.cfg.pool_ratio,  # type: ignore[arg-type]
                          num_samples=self.cfg.pool_samples,
-                         generator=torch.Generator().manualderive_seed(derive_seed(self.seed, rnd, "pool")))
+                         generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, "pool")))
         t1 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.epochs, "generator")
         t2 = time.perf_counter()
@@ -277,7 +275,7 @@ class FedNSLStrategy(Strategy):
         if self.current is None or self.current_round != rnd:
             self.current = self._sample(rnd)
             self.current_round = rnd
-        return Message("evaluate", rnd, arrays=rules_to_arrays(self.current), config=self._scorer_config())
+        return Message("evaluate", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options()))
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         out: Metrics = {}
@@ -324,8 +322,6 @@ class FedNSLStrategy(Strategy):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        from fednsl.methods.fednsl.client import rules_from_message
-
         self.model.load_state_dict(state["model"])
         self.pool.load_state_dict(state["pool"])
         self.triples = state["triples"].clone()

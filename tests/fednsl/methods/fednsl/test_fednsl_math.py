@@ -16,11 +16,10 @@ from fednsl.methods.fednsl.posterior import (
     score_h,
     triple_posterior,
 )
+from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
-    RuleSet,
-    ScorerOptions,
     TransferScorer,
     fit_scorer,
     fit_transfer,

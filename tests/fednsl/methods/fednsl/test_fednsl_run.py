@@ -13,7 +13,8 @@ import torch
 from fednsl.config import RunConfig, load_config
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client
-from fednsl.methods.fednsl.client import FedNSLClient, rules_from_message
+from fednsl.methods.fednsl.client import FedNSLClient
+from fednsl.methods.fednsl.messages import rules_from_message
 from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
 from fednsl.pipeline import build_federation, train
 from kg.documents import Document

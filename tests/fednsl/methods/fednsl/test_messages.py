@@ -1,0 +1,52 @@
+"""FedNSL's wire formats (fednsl.methods.fednsl.messages): one definition read by server and client."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fednsl.methods.fednsl.config import FedNSLConfig
+from fednsl.methods.fednsl.messages import (
+    SCORER_KEYS,
+    RuleSet,
+    ScorerOptions,
+    rules_from_message,
+    rules_to_arrays,
+    scorer_config,
+    scorer_options_from,
+)
+
+
+def test_scorer_config_carries_every_config_option_with_plain_types() -> None:
+    cfg = FedNSLConfig(kl_weight=1, kl_direction="forward", prior_source="renormalised", count_correction=True,
+                       pass_through=False, posterior_instances="all", scorer_steps=7, scorer_lr=1,
+                       scorer_weight_decay=0.5, scorer_bias_init="uniform", transfer_top=2)
+    sent = scorer_config(cfg.scorer_options())
+    expected = {"kl_weight": 1.0, "kl_direction": "forward", "prior_source": "renormalised",
+                "count_correction": True, "pass_through": False, "posterior_instances": "all", "steps": 7,
+                "lr": 1.0, "weight_decay": 0.5, "bias_init": "uniform", "transfer_top": 2}
+    assert sent == expected and list(sent) == list(expected)
+    assert [type(v) for v in sent.values()] == [type(v) for v in expected.values()]
+    assert SCORER_KEYS == tuple(expected)
+
+
+def test_client_reads_what_the_server_sends_and_keeps_its_local_options() -> None:
+    sent = ScorerOptions(kl_weight=0.3, steps=9, bias_init="uniform", transfer_top=1)
+    local = ScorerOptions(transfer_steps=17)
+    got = scorer_options_from(scorer_config(sent), local)
+    assert got == ScorerOptions(kl_weight=0.3, steps=9, bias_init="uniform", transfer_top=1, transfer_steps=17)
+    assert scorer_options_from({}, local) == local
+
+
+def test_rule_arrays_round_trip_and_zero_the_masked_prior() -> None:
+    mask = torch.tensor([[True, False], [True, True]])
+    rules = RuleSet(torch.tensor([[0, 1, 2], [1, 0, 0]]), torch.tensor([[[3, 4], [6, 6]], [[1, 6], [2, 0]]]),
+                    torch.tensor([[-0.5, -3.0], [-1.0, -0.2]]), torch.tensor([[4, 0], [2, 3]]), mask)
+    arrays = rules_to_arrays(rules)
+    assert arrays["log_prior"].dtype == np.float64 and arrays["log_prior"][0, 1] == 0.0
+    back = rules_from_message(arrays)
+    assert torch.equal(back.bodies, rules.bodies) and torch.equal(back.mask, mask)
+    assert torch.equal(back.log_prior, torch.where(mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64)))
+    with pytest.raises(ValueError, match="counts"):
+        rules_from_message({k: v for k, v in arrays.items() if k != "counts"})
