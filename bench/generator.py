@@ -41,14 +41,12 @@ from rules.generator import (
     RuleGenerator,
     SampledRules,
     TypeConstraints,
-    _finish,
-    _gumbel,
-    _report_uncompletable,
-    _Validity,
     sample_rules,
     sample_rules_reference,
     train_generator,
 )
+from rules.generator.masks import _Validity
+from rules.generator.sampling import _finish, _gumbel, _report_uncompletable
 from rules.mining import mine_cooccurrence, triples_from_documents, type_constraints_from_documents
 from rules.pool import RulePool
 

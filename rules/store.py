@@ -818,12 +818,3 @@ class RuleStore:
             raise ValueError(f"{path}: not valid JSON ({err})") from err
         return cls.from_json(data, source=str(path))
 
-
-def __getattr__(name: str) -> Any:
-    """``rules.store.explain`` / ``Explanation`` / ``PathEvidence`` live in :mod:`rules.explain` (imported lazily:
-    it pulls in torch and the grounding engine)."""
-    if name in ("explain", "Explanation", "PathEvidence"):
-        import rules.explain
-
-        return getattr(rules.explain, name)
-    raise AttributeError(f"module 'rules.store' has no attribute {name!r}")

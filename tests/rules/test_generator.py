@@ -13,13 +13,13 @@ from rules.generator import (
     RuleGenerator,
     SampledRules,
     TypeConstraints,
-    _py_allowed,
     chain_sampling_probs,
     check_bodies,
     sample_rules,
     sample_rules_reference,
     train_generator,
 )
+from rules.generator.reference import _py_allowed
 from rules.pool import RulePool
 
 R, E, L = 3, 3, 3
