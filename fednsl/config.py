@@ -14,6 +14,7 @@ A config names a method and its options PyKEEN-style::
 from __future__ import annotations
 
 import copy
+import importlib.resources
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,7 +24,9 @@ import yaml
 from fednsl.registry import build_kwargs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+# The shipped configs: package data of fednsl (fednsl/configs links to the checkout's top-level configs/ folder,
+# and a built wheel carries the files), so they are found the same way from a checkout and from an install.
+CONFIG_DIR = Path(str(importlib.resources.files("fednsl") / "configs"))
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``fednsl bench``: run the benchmarks of the source checkout's ``bench/`` folder.
+"""``fednsl bench``: run the benchmarks of the ``bench`` package (installed with fednsl).
 
 Each benchmark is a module ``bench/<name>.py`` that exports a click command named ``command`` (also runnable as
 ``python -m bench.<name>``). To add one, add a line to :data:`BENCHES`; modules are imported only when their
@@ -9,11 +9,8 @@ others nothing.
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
-
-from fednsl.config import REPO_ROOT
 
 #: subcommand name → module exporting ``command`` (a click.Command). Keep it short and sorted.
 BENCHES: dict[str, str] = {
@@ -25,13 +22,11 @@ BENCHES: dict[str, str] = {
 
 
 def _load(name: str) -> click.Command:
-    if (REPO_ROOT / "bench").is_dir() and str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))   # bench/ is not an installed package: it lives in the checkout
     try:
         module = importlib.import_module(BENCHES[name])
     except ModuleNotFoundError as exc:
-        raise click.ClickException(f"benchmark {name!r}: cannot import {BENCHES[name]} ({exc}); benchmarks live "
-                                   f"in the source checkout's bench/ folder") from exc
+        raise click.ClickException(f"benchmark {name!r}: cannot import {BENCHES[name]} ({exc}); the bench package "
+                                   "is installed with fednsl (pip install fednsl[bench] for its extras)") from exc
     cmd = getattr(module, "command", None)
     if not isinstance(cmd, click.Command):
         raise click.ClickException(f"benchmark module {BENCHES[name]} exports no click command `command`")

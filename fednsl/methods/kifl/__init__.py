@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kg.seeding import derive_seed
-from fednsl.config import REPO_ROOT, RunConfig
+from fednsl.config import CONFIG_DIR, RunConfig
 from fednsl.federation.runner import Federation
 from fednsl.common.torch_utils import get_weights
 from fednsl.methods.kifl.client import ClientKnowledge, KIFLClient
@@ -54,7 +54,7 @@ def client_knowledge(cid: str, index: int, split: ClientSplit, ds: Dataset, cfg:
     fseed = derive_seed(seed, index, 0x4B4D)
     fitter = KnowledgeFitter(cid, split, ds.num_classes, ds.image_shape, float(ds.hi.max()), fseed)
     common = dict(image_shape=ds.image_shape, feature_names=ds.feature_names, class_names=ds.class_names,
-                  base_dir=REPO_ROOT)
+                  base_dir=CONFIG_DIR.parent)  # 'configs/kifl/…' paths of the shipped configs
     where = f"method_kwargs.knowledge[{cid}]"
     pkm = km_from_spec(entry.get("prediction"), "prediction", ds.num_classes, where=f"{where}.prediction",
                        fit=lambda n, o, v: fitter(n, o, v, "prediction"), **common)
