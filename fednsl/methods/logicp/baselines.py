@@ -59,16 +59,16 @@ class CPIFCAConfig(TSIFCAConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 < self.alpha < 1:
-            raise ValueError(f"method_kwargs (cp_ifca).alpha must lie in (0, 1), got {self.alpha}")
+            raise ValueError(f"method_kwargs (cp-ifca).alpha must lie in (0, 1), got {self.alpha}")
         if self.scale_mode not in SCALE_MODES:
-            raise ValueError(f"method_kwargs (cp_ifca).scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
+            raise ValueError(f"method_kwargs (cp-ifca).scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
         if self.calibrate_with not in ("client", "cluster"):
-            raise ValueError(f"method_kwargs (cp_ifca).calibrate_with must be 'client' or 'cluster'")
+            raise ValueError(f"method_kwargs (cp-ifca).calibrate_with must be 'client' or 'cluster'")
         self.split_config()
 
     def split_config(self) -> SplitConfig:
         shares = {"pretrain": 0.0, "public": 0.0, "cal": 0.21, "nor": 0.12, **self.split}
-        return build_kwargs(SplitConfig, shares, "method_kwargs (cp_ifca).split")
+        return build_kwargs(SplitConfig, shares, "method_kwargs (cp-ifca).split")
 
 
 class CPIFCAClient(ConformalClient, TSIFCAClient):
@@ -149,9 +149,9 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         self.load_conformal_state(state["conformal"])
 
 
-@register_method("cp_ifca", doc="CP-IFCA: IFCA + per-cluster federated conformal prediction (LogiCP baseline)")
+@register_method("cp-ifca", doc="CP-IFCA: IFCA + per-cluster federated conformal prediction (LogiCP baseline)")
 def build_cp_ifca(config: RunConfig) -> Federation:
-    cfg = build_kwargs(CPIFCAConfig, config.method_kwargs, "method_kwargs (cp_ifca)")
+    cfg = build_kwargs(CPIFCAConfig, config.method_kwargs, "method_kwargs (cp-ifca)")
     setup = logicp_setup(config, cfg)
     split = cfg.split_config()
     ids = sorted(setup.data.clients)
@@ -182,7 +182,7 @@ class TSFedBayesConfig(TSTrainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.personal_steps < 1 or self.noise_std <= 0 or self.zeta < 0:
-            raise ValueError("method_kwargs (ts_fedbayes): need personal_steps >= 1, noise_std > 0, zeta >= 0")
+            raise ValueError("method_kwargs (ts-fedbayes): need personal_steps >= 1, noise_std > 0, zeta >= 0")
 
 
 def last_layer(model: Forecaster) -> str:
@@ -288,9 +288,9 @@ class TSFedBayesClient(ForecastClient):
                     p.copy_(torch.as_tensor(state[key][k]))
 
 
-@register_method("ts_fedbayes", doc="Fed-Bayes for forecasters: pFedBayes on a Bayesian output layer (LogiCP baseline)")
+@register_method("ts-fedbayes", doc="Fed-Bayes for forecasters: pFedBayes on a Bayesian output layer (LogiCP baseline)")
 def build_ts_fedbayes(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSFedBayesConfig, config.method_kwargs, "method_kwargs (ts_fedbayes)")
+    cfg = build_kwargs(TSFedBayesConfig, config.method_kwargs, "method_kwargs (ts-fedbayes)")
     setup = logicp_setup(config, cfg)
     probe = setup.new_model(setup.model_seed("global"))
     initial = init_bayes(probe, cfg.weight_scale, cfg.rho_offset, setup.model_seed("bayes"))

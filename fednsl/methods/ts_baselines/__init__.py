@@ -40,27 +40,27 @@ def _summary(setup: TSSetup, clients: dict) -> dict:
     return {**setup.summary(), "train_examples": int(sum(c.num_examples for c in clients.values()))}
 
 
-@register_method("ts_fedavg", doc="FedAvg for forecasters (McMahan et al. 2017); FedSTL Table 2 baseline")
+@register_method("ts-fedavg", doc="FedAvg for forecasters (McMahan et al. 2017); FedSTL Table 2 baseline")
 def build_ts_fedavg(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSFedAvgConfig, config.method_kwargs, "method_kwargs (ts_fedavg)")
+    cfg = build_kwargs(TSFedAvgConfig, config.method_kwargs, "method_kwargs (ts-fedavg)")
     setup = ts_setup(config, cfg)
     init = get_weights(setup.new_model(setup.model_seed("global")))
     clients = _clients(setup, TSFedAvgClient, cfg)
     return Federation(TSAverageStrategy(init, cfg, config.rounds), clients, _summary(setup, clients))
 
 
-@register_method("ts_fedprox", doc="FedProx for forecasters (Li et al. 2020): proximal local objective")
+@register_method("ts-fedprox", doc="FedProx for forecasters (Li et al. 2020): proximal local objective")
 def build_ts_fedprox(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSFedProxConfig, config.method_kwargs, "method_kwargs (ts_fedprox)")
+    cfg = build_kwargs(TSFedProxConfig, config.method_kwargs, "method_kwargs (ts-fedprox)")
     setup = ts_setup(config, cfg)
     init = get_weights(setup.new_model(setup.model_seed("global")))
     clients = _clients(setup, TSFedAvgClient, cfg)
     return Federation(TSAverageStrategy(init, cfg, config.rounds, {"mu": cfg.mu}), clients, _summary(setup, clients))
 
 
-@register_method("ts_fedrep", doc="FedRep for forecasters (Collins et al. 2021): shared body, private head")
+@register_method("ts-fedrep", doc="FedRep for forecasters (Collins et al. 2021): shared body, private head")
 def build_ts_fedrep(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSFedRepConfig, config.method_kwargs, "method_kwargs (ts_fedrep)")
+    cfg = build_kwargs(TSFedRepConfig, config.method_kwargs, "method_kwargs (ts-fedrep)")
     setup = ts_setup(config, cfg)
     model = setup.new_model(setup.model_seed("global"))
     init = get_weights(model, model.shared_keys())
@@ -69,9 +69,9 @@ def build_ts_fedrep(config: RunConfig) -> Federation:
                       _summary(setup, clients))
 
 
-@register_method("ts_ditto", doc="Ditto for forecasters (Li et al. 2021): regularised personal models")
+@register_method("ts-ditto", doc="Ditto for forecasters (Li et al. 2021): regularised personal models")
 def build_ts_ditto(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSDittoConfig, config.method_kwargs, "method_kwargs (ts_ditto)")
+    cfg = build_kwargs(TSDittoConfig, config.method_kwargs, "method_kwargs (ts-ditto)")
     setup = ts_setup(config, cfg)
     init = get_weights(setup.new_model(setup.model_seed("global")))
     clients = _clients(setup, TSDittoClient, cfg)
@@ -80,9 +80,9 @@ def build_ts_ditto(config: RunConfig) -> Federation:
     return Federation(TSAverageStrategy(init, cfg, config.rounds, extra), clients, _summary(setup, clients))
 
 
-@register_method("ts_ifca", doc="IFCA for forecasters (Ghosh et al. 2020); reports IFCA and IFCA-S rows")
+@register_method("ts-ifca", doc="IFCA for forecasters (Ghosh et al. 2020); reports IFCA and IFCA-S rows")
 def build_ts_ifca(config: RunConfig) -> Federation:
-    cfg = build_kwargs(TSIFCAConfig, config.method_kwargs, "method_kwargs (ts_ifca)")
+    cfg = build_kwargs(TSIFCAConfig, config.method_kwargs, "method_kwargs (ts-ifca)")
     setup = ts_setup(config, cfg)
     init = [get_weights(setup.new_model(setup.model_seed("ifca", j))) for j in range(cfg.num_clusters)]
     clients = _clients(setup, TSIFCAClient, cfg)

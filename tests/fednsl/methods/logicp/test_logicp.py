@@ -175,7 +175,7 @@ def test_ablations_and_options_run(tmp_path: Path, kw):
 
 
 def test_cp_ifca_regions_and_rows(tmp_path: Path):
-    res, fed = run(config("cp_ifca", rounds=2, num_clusters=2, alpha=0.2), tmp_path / "r")
+    res, fed = run(config("cp-ifca", rounds=2, num_clusters=2, alpha=0.2), tmp_path / "r")
     strategy = fed.strategy
     for k in range(2):
         members = strategy.members(k)
@@ -192,7 +192,7 @@ def test_cp_ifca_regions_and_rows(tmp_path: Path):
 
 
 def test_fedbayes_runs_and_keeps_a_gaussian_output_layer(tmp_path: Path):
-    res, fed = run(config("ts_fedbayes", rounds=2, personal_steps=2, personal_lr=0.01), tmp_path / "r")
+    res, fed = run(config("ts-fedbayes", rounds=2, personal_steps=2, personal_lr=0.01), tmp_path / "r")
     weights = fed.strategy.weights
     assert {"bayes.mu.weight", "bayes.rho.bias"} <= set(weights) and "head.weight" not in weights
     c = fed.clients[sorted(fed.clients)[0]]

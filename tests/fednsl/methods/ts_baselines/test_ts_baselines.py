@@ -197,9 +197,9 @@ def test_lp_term_pulls_forecasts_into_the_band():
     assert out[5.0] < out[0.0]
 
 
-@pytest.mark.parametrize("method", ["ts_fedavg", "ts_fedprox", "ts_fedrep", "ts_ditto", "ts_ifca"])
+@pytest.mark.parametrize("method", ["ts-fedavg", "ts-fedprox", "ts-fedrep", "ts-ditto", "ts-ifca"])
 def test_baselines_run_end_to_end(method, tmp_path):
-    kw = {"num_clusters": 2} if method == "ts_ifca" else {}
+    kw = {"num_clusters": 2} if method == "ts-ifca" else {}
     cfg = tiny_config(method, rounds=2, **kw)
     (tmp_path / method).mkdir()
     res = InProcessRunner(build_federation(cfg), cfg, tmp_path / method, progress=False).run()  # no plots: fast
@@ -207,6 +207,6 @@ def test_baselines_run_end_to_end(method, tmp_path):
     assert len(ev) == 2 and ev[-1]["evaluate.replies"] == 4
     last = ev[-1]
     assert np.isfinite(last["mse"]) and last["t_rho"] == 100.0 and "naive_mean_mse" in last
-    assert ("s_mse" in last) == (method == "ts_ifca")
+    assert ("s_mse" in last) == (method == "ts-ifca")
     trained = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "train"]
     assert [r["train.replies"] for r in trained] == [2, 4]  # fraction 0.5, then every client in the last round
