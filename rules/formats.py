@@ -268,7 +268,7 @@ def parse_amie(text: str, vocab: RelationVocab, *, source: str = "<string>") -> 
 
             hc, std, pca = num(1, float), num(2, float), num(3, float)
             support, body, pca_body = num(4, int), num(5, int), num(6, int)
-            head_size = round(support / hc) if support is not None and hc else None  # type: ignore[operator]
+            head_size = round(support / hc) if support is not None and hc else None
             out.append(
                 ScoredRule(rule, support, body, pca_body, head_size, std, pca, hc)  # type: ignore[arg-type]
             )

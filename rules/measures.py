@@ -410,8 +410,8 @@ def count_bodies(
             mask_rows = mask_cols = None
             if pair_types is not None:
                 _pair_mask(doc, pair_types, i)  # validates entity types
-                mask_rows = doc.entity_types == pair_types[0]  # type: ignore[operator]
-                mask_cols = doc.entity_types == pair_types[1]  # type: ignore[operator]
+                mask_rows = doc.entity_types == pair_types[0]
+                mask_cols = doc.entity_types == pair_types[1]
             total = total + _sparse_counts(_SparseDoc(doc, R), heads, bodies, stay, mask_rows, mask_cols)
     return total
 

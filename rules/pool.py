@@ -47,7 +47,7 @@ def _canonical_triple(triple: Iterable[int]) -> Triple:
     t = tuple(int(x) for x in triple)
     if len(t) != 3:
         raise ValueError(f"a triple is (relation, head type, tail type), got {t}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 def _normalised(dist: Distribution, num_relations: int, max_body_len: int, what: str) -> dict[Body, float]:
@@ -80,7 +80,7 @@ def aggregate_distributions(
     for i, client in enumerate(dists):
         for triple, dist in client.items():
             t = _canonical_triple(triple)
-            w = 1.0 if weights is None else float(weights[i].get(t, weights[i].get(triple, 0.0)))  # type: ignore[arg-type]
+            w = 1.0 if weights is None else float(weights[i].get(t, weights[i].get(triple, 0.0)))
             if w < 0:
                 raise ValueError(f"aggregate_distributions: negative weight {w} for client {i}, triple {t}")
             total = sum(float(p) for p in dist.values())

@@ -97,7 +97,7 @@ def _minilm_embed(strings: Sequence[str], batch_size: int = 128) -> np.ndarray:
         for s in range(0, len(order), batch_size):
             idx = order[s:s + batch_size]
             enc = tok([strings[i] for i in idx], padding=True, truncation=True, max_length=24, return_tensors="pt")
-            hidden = model(**enc).last_hidden_state  # type: ignore[operator]
+            hidden = model(**enc).last_hidden_state
             m = enc["attention_mask"][..., None].float()
             vec = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
             vec = torch.nn.functional.normalize(vec, dim=-1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from kg.grounding.checks import GroundingInputError, check_bodies, check_queries, check_values

@@ -53,7 +53,7 @@ if HAVE_NUMBA:
             g = g0 + bg % (g1 - g0)
             A = S[b, pidx[g]]
             W = V[b, tidx[g]]
-            O = out[b, oidx[g]]
+            O = out[b, oidx[g]]  # noqa: E741  (the output matrix O of the equation)
             r0 = np.empty(n_cols, S.dtype)
             r1 = np.empty(n_cols, S.dtype)
             r2 = np.empty(n_cols, S.dtype)

@@ -19,6 +19,8 @@ class RuleGenerator(nn.Module):
     ``generator`` seeds the parameter initialisation (default: seed 0; the global RNG is left untouched).
     """
 
+    causal_mask: torch.Tensor  # registered buffer (L, L), True above the diagonal
+
     def __init__(self, config: GeneratorConfig | None = None, generator: torch.Generator | None = None):
         super().__init__()
         self.config = config or GeneratorConfig()

@@ -69,7 +69,7 @@ def train_generator(
     if hasattr(pool_or_chains, "chains"):
         triples, bodies, weights = pool_or_chains.chains()  # type: ignore[union-attr]
     else:
-        triples, bodies, weights = pool_or_chains  # type: ignore[misc]
+        triples, bodies, weights = pool_or_chains
     triples = torch.as_tensor(triples, dtype=torch.long)
     bodies = torch.as_tensor(bodies, dtype=torch.long)
     weights = torch.as_tensor(weights)

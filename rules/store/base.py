@@ -80,7 +80,7 @@ class StoreBase:
             raise ValueError(f"triple {t}: head relation outside [0, {len(self.relations)})")
         if self.types is not None and not (0 <= t[1] < len(self.types) and 0 <= t[2] < len(self.types)):
             raise ValueError(f"triple {t}: entity type outside [0, {len(self.types)})")
-        return t  # type: ignore[return-value]
+        return t
 
     def _record(self, triple: Sequence[int]) -> TripleRecord:
         t = self._check_triple(triple)

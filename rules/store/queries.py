@@ -159,8 +159,8 @@ class QueryMixin(StoreBase):
                 if counts is None:
                     entry["all"] = False
                 else:
-                    c = counts.take([j])
-                    entry["c"] = c if entry["c"] is None else entry["c"] + c
+                    taken = counts.take([j])
+                    entry["c"] = taken if entry["c"] is None else entry["c"] + taken
         rules, probs = [], []
         for rule, e in sorted(merged.items(), key=lambda kv: (kv[0].head, -kv[1]["p"])):
             c: RuleCounts | None = e["c"] if e["all"] else None

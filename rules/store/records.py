@@ -37,7 +37,7 @@ ClientId = str
 def _vec(x: Any, n: int | None, what: str, dtype: type = np.float64) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
-    arr = np.asarray(x, dtype=dtype).reshape(-1)
+    arr: np.ndarray = np.asarray(x, dtype=dtype).reshape(-1)
     if n is not None and arr.shape != (n,):
         raise ValueError(f"{what}: expected {n} values (one per body), got {arr.shape[0]}")
     return arr

@@ -19,7 +19,7 @@ from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_recall
 from fednsl.registry import build_kwargs, register_method
 from kg.split import partition_stats
 
-__all__ = ["FedNSLClient", "FedNSLConfig", "FedNSLDataConfig", "FedNSLStrategy", "GeneratorOptions",
+__all__ = ["FedNSLClient", "FedNSLData", "FedNSLConfig", "FedNSLDataConfig", "FedNSLStrategy", "GeneratorOptions",
            "build_fednsl", "build_data", "rule_recall", "parse_config"]
 
 

@@ -103,7 +103,7 @@ class FedNSLClient(Client):
             part = Part(name, list(dl), combo, [self.values[d.doc_id] for d in dl])
             table = CellTable(part, num_relations, train_facts if name != "train" else None)
             self.tables[name] = table
-            self.caches[name] = PhiCache(table, path_score, fast_after)  # type: ignore[arg-type]
+            self.caches[name] = PhiCache(table, path_score, fast_after)
         self._masks = {name: [query_mask(d, t.part.combo) for d in t.part.docs] for name, t in self.tables.items()}
         self._fit: tuple[int, RuleSet, FittedScorer, TransferScorer, ScorerOptions] | None = None
 

@@ -64,7 +64,7 @@ def client_knowledge(cid: str, index: int, split: ClientSplit, ds: Dataset, cfg:
     lam = float(cfg.lam_per_client.get(cid, entry.get("lam", cfg.lam)))
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"{where}: λ must be in [0, 1], got {lam}")
-    return ClientKnowledge(cid, ds.num_classes, pkm, rkm, cfg.conflict), lam  # type: ignore[arg-type]
+    return ClientKnowledge(cid, ds.num_classes, pkm, rkm, cfg.conflict), lam
 
 
 def build_kifl_federation(ds: Dataset, cfg: KIFLConfig, dcfg: KIFLDataConfig, seed: int,
@@ -100,7 +100,7 @@ def build_kifl_federation(ds: Dataset, cfg: KIFLConfig, dcfg: KIFLDataConfig, se
                "test_examples": int(sum(len(s.y_test) for s in splits.values())),
                "knowledge_slice": int(sum(len(s.y_km) for s in splits.values())),
                "classes": {cid: list(s.classes) for cid, s in splits.items()}}
-    return Federation(KIFLStrategy(init, cfg), clients, summary)  # type: ignore[arg-type]
+    return Federation(KIFLStrategy(init, cfg), clients, summary)
 
 
 @register_method("kifl", doc="Knowledge-injected FL: FedAvg through T_{λ,g_p,g_r} per client (Fan et al. 2022)")

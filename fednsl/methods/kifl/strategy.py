@@ -24,7 +24,7 @@ EVAL_COUNTS = ("num_examples", "correct", "violations")
 
 class KIFLStrategy(FedAvgStrategy):
     def __init__(self, initial: dict[str, np.ndarray], cfg: KIFLConfig):
-        super().__init__(initial, cfg)  # type: ignore[arg-type]  # same lr / local_epochs / batch_size / server_lr
+        super().__init__(initial, cfg)  # same lr / local_epochs / batch_size / server_lr
         self.cfg: KIFLConfig = cfg
         self.shapes = {k: tuple(v.shape) for k, v in initial.items()}
         self.initial_weights = {k: v.copy() for k, v in initial.items()}   # θ_0 (reference runs, local mode)

@@ -63,7 +63,7 @@ class CPIFCAConfig(TSIFCAConfig):
         if self.scale_mode not in SCALE_MODES:
             raise ValueError(f"method_kwargs (cp-ifca).scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
         if self.calibrate_with not in ("client", "cluster"):
-            raise ValueError(f"method_kwargs (cp-ifca).calibrate_with must be 'client' or 'cluster'")
+            raise ValueError("method_kwargs (cp-ifca).calibrate_with must be 'client' or 'cluster'")
         self.split_config()
 
     def split_config(self) -> SplitConfig:
