@@ -53,7 +53,7 @@ def command() -> None:
 def superlink(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_certfile: str | None,
               ssl_keyfile: str | None, enable_supernode_auth: bool, database: str | None) -> None:
     """Start `flower-superlink` with runtime dependency installation off (the app's code is fednsl itself)."""
-    from fednsl.engines.flower_deploy import flower_bin
+    from fednsl.engines.flower_procs import flower_bin
 
     tls = [ssl_ca_certfile, ssl_certfile, ssl_keyfile]
     if any(tls) and not all(tls):
@@ -89,7 +89,7 @@ def superlink(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_cert
 def supernode(address: str, partition_id: int, num_partitions: int, root_certificates: str | None,
               auth_key: str | None, port: int | None) -> None:
     """Start `flower-supernode` for one client of a fednsl method (node config partition-id / num-partitions)."""
-    from fednsl.engines.flower_deploy import flower_bin, free_port
+    from fednsl.engines.flower_procs import flower_bin, free_port
 
     if not 0 <= partition_id < num_partitions:
         raise click.UsageError(f"--partition-id must be in [0, {num_partitions}), got {partition_id}")
@@ -160,7 +160,7 @@ def run(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool,
               help="How long the ServerApp waits for every client's SuperNode before starting.")
 def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resume: bool, node_wait_s: float) -> None:
     """Write APP_DIR/pyproject.toml: a Flower app running CONFIG, for `flwr run APP_DIR CONNECTION`."""
-    from fednsl.engines.flower_deploy import write_app
+    from fednsl.engines.flower_app import write_app
 
     cfg = _load(config, overrides)
     path = write_app(app_dir, cfg, out, resume=resume, node_wait_s=node_wait_s)
@@ -177,7 +177,7 @@ def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resum
               help="Also write this many SuperNode key pairs (for --enable-supernode-auth).")
 def certs(directory: Path, hosts: tuple[str, ...], supernodes: int) -> None:
     """Write a self-signed CA, a SuperLink certificate and SuperNode keys into DIRECTORY (for tests and trials)."""
-    from fednsl.engines.flower_deploy import make_node_keys, make_tls
+    from fednsl.engines.flower_tls import make_node_keys, make_tls
 
     files = make_tls(directory, hosts=hosts)
     click.echo(f"superlink: --ssl-ca-certfile {files.ca_cert} --ssl-certfile {files.server_cert} "

@@ -141,15 +141,15 @@ def _set_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPairs], opts: FederatedFeaturesOptions):
     """Strategy and clients of the FedAvg phase (built lazily: imports the federation core)."""
     from fednsl.federation.records import Message
-    from fednsl.federation.roles import Client
+    from fednsl.federation.roles import Client, Stage, handles
     from fednsl.methods.fedavg.config import FedAvgConfig
     from fednsl.methods.fedavg.strategy import FedAvgStrategy
 
     class BackboneStrategy(FedAvgStrategy):
         """FedAvg with a train stage only (no evaluation stage: the backbone is evaluated inside FedNSL)."""
 
-        def stages(self, rnd: int) -> Sequence[str]:
-            return ("train",)
+        def declare_stages(self) -> tuple[Stage, ...]:
+            return tuple(st for st in super().declare_stages() if st.name == "train")
 
     class BackboneClient(Client):
         """Local Adam epochs on the client's training pairs; replies weights + example count only."""
@@ -158,6 +158,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
             self.cid, self.data = cid, pairs
             self.model = model_factory()
 
+        @handles("train")
         def train(self, msg: Message) -> Message:
             _set_weights(self.model, msg.arrays)
             gen = torch.Generator().manual_seed(int(msg.config["seed"]))

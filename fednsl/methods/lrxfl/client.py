@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.fedavg.task import get_weights, set_weights
 from fednsl.methods.lrxfl.explain import explain_class
 from fednsl.methods.lrxfl.len import len_loss, len_outputs, make_len
@@ -31,6 +32,7 @@ class LRXFLClient(NumericClient):
         self.concept_temperature = concept_temperature
         self.model = make_len(space.size, n_classes, hidden, temperature, seed=0)
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.fedavg.task import get_weights, mlp, set_weights
 from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.methods.numeric.data import NumericClientData
@@ -69,6 +70,7 @@ class PerFedAvgClient(NumericClient):
         idx = stream.next()
         return self.x[idx], self.y[idx]
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor
 from fednsl.methods.numeric.data import NumericClientData
 from fednsl.methods.pfedbayes import bnn
@@ -57,6 +58,7 @@ class PFedBayesClient(NumericClient):
                 self.mus_v[i].copy_(torch.from_numpy(np.asarray(arrays[f"mu.{n}"])))
                 self.rhos_v[i].copy_(torch.from_numpy(np.asarray(arrays[f"rho.{n}"])))
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         self._load_global(msg.arrays)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.fedavg.task import get_weights, mlp, set_weights
 from fednsl.methods.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.methods.numeric.data import NumericClientData
@@ -53,6 +54,7 @@ class PFedMeClient(NumericClient):
         self.model = mlp(data.x_train.shape[1], hidden, classes, seed=0)
         self.personal: dict | None = None   # θ_i as named numpy arrays
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

@@ -9,6 +9,7 @@ import copy
 import numpy as np
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.ts_baselines.updates import fedrep_update, ifca_select, proximal_term
 from fednsl.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.timeseries.models import Forecaster, get_weights, set_weights
@@ -31,6 +32,7 @@ def pack_models(models: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 class TSFedAvgClient(ForecastClient):
     """FedAvg / FedProx: E local epochs from the global model (plus μ/2‖w − w_g‖² when ``mu`` > 0)."""
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         mu = float(msg.config.get("mu", 0.0))
@@ -41,6 +43,7 @@ class TSFedAvgClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
@@ -53,6 +56,7 @@ class TSFedRepClient(ForecastClient):
         super().__init__(*args, **kwargs)
         self.head = get_weights(self.model, self.model.head_keys())
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         set_weights(self.model, self.head)
@@ -67,6 +71,7 @@ class TSFedRepClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         set_weights(self.model, self.head)
@@ -87,6 +92,7 @@ class TSDittoClient(ForecastClient):
         super().__init__(*args, **kwargs)
         self.personal: dict[str, np.ndarray] | None = None
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         gen = self.seed_generator(msg)
@@ -107,6 +113,7 @@ class TSDittoClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, self.personal if self.personal is not None else msg.arrays)
         return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
@@ -137,6 +144,7 @@ class TSIFCAClient(ForecastClient):
             nets.append(net)
         return ifca_select(nets, x, y), models
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         j, models = self._select(msg)
         set_weights(self.model, models[j])
@@ -146,6 +154,7 @@ class TSIFCAClient(ForecastClient):
                                            "cluster": np.array([j], dtype=np.int64)},
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         j, models = self._select(msg)
         cluster = _clone_arch(self.model)
