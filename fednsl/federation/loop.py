@@ -132,6 +132,9 @@ class RoundLoop:
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        if self.cfg.federation.min_clients > len(self.ids):
+            raise ValueError(f"federation.min_clients={self.cfg.federation.min_clients} is larger than the "
+                             f"{len(self.ids)} clients of this federation: no stage could ever aggregate")
         self.fed.strategy.check_clients(self.fed.clients)  # every stage has a handler on every client
         self.transport.start(self.ids, self.cfg.federation.min_clients)
         try:
