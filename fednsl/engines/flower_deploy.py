@@ -20,6 +20,7 @@ from pathlib import Path
 from fednsl.config import RunConfig
 from fednsl.engines.flower_app import write_app
 from fednsl.engines.flower_local import LocalFederation
+from fednsl.engines.flower_procs import stop_signals_interrupt
 from fednsl.engines.flower_submit import FlowerRun, submit_and_wait, write_connection
 
 ENV = "FEDNSL_FLOWER_"
@@ -77,6 +78,13 @@ def run_deployment(config: RunConfig, run_dir: Path, *, num_clients: int, resume
     Writes the app directory to ``run_dir/flower/app``; the ServerApp writes ``run_dir``. Raises with the
     run's log when the run does not complete.
     """
+    with stop_signals_interrupt():  # SIGTERM/SIGHUP stop SuperLink, SuperNodes and `flwr run` as Ctrl-C does
+        return _run_deployment(config, run_dir, num_clients=num_clients, resume=resume, options=options,
+                               progress=progress)
+
+
+def _run_deployment(config: RunConfig, run_dir: Path, *, num_clients: int, resume: bool,
+                    options: DeploymentOptions | None, progress: bool) -> FlowerRun:
     opts = options or DeploymentOptions()
     run_dir = Path(run_dir).resolve()
     work = run_dir / "flower"

@@ -12,8 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -137,3 +139,38 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: ManagedProcess |
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s\n{tail}")
 
 
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: handled like Ctrl-C, so every ``finally`` stops the processes it started."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (as SIGINT raises
+    ``KeyboardInterrupt``); outside it, and in other threads, the handlers are left as they were.
+
+    Only the first signal raises; later ones are ignored, so they cannot interrupt the clean-up they started.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    old = {sig: signal.signal(sig, raise_terminated) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

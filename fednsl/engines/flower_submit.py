@@ -74,6 +74,10 @@ def submit_and_wait(app_dir: Path, flwr_home: Path, *, timeout_s: float = 86400.
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (Terminated): stop `flwr run` and the run, then go on
+            _stop_client(proc)
+            _stop_run(log_path, flwr_home, connection)
+            raise
     text = log_path.read_text(errors="replace")
     found = re.search(r"started run (\d+)", text)
     if found is None:
@@ -86,6 +90,30 @@ def submit_and_wait(app_dir: Path, flwr_home: Path, *, timeout_s: float = 86400.
             raise TimeoutError(f"Flower run {run_id} did not finish in {timeout_s:.0f}s; `flwr stop` failed: {exc}")
         raise TimeoutError(f"Flower run {run_id} did not finish in {timeout_s:.0f}s; stopped it")
     return FlowerRun(run_id, run_status(run_id, flwr_home, connection=connection), text)
+
+
+def _stop_client(proc: subprocess.Popen) -> None:
+    """SIGTERM the ``flwr run`` process group, SIGKILL it after 5 s."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stop_run(log_path: Path, flwr_home: Path, connection: str) -> None:
+    """Best effort ``flwr stop RUN_ID`` for an interrupted run (bounded: 15 s; errors are ignored)."""
+    found = re.search(r"started run (\d+)", log_path.read_text(errors="replace")) if log_path.exists() else None
+    if found is not None:
+        try:
+            flwr_cli(["stop", found.group(1), connection], flwr_home, timeout_s=15)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
 
 
 def run_status(run_id: int, flwr_home: Path, *, connection: str = CONNECTION) -> str:
