@@ -17,6 +17,8 @@ Reported per engine and client count: start-up (wall time minus the rounds), rou
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -53,6 +55,41 @@ def measure(engine: str, clients: int, rounds: int, root: Path) -> dict[str, Any
             "bytes_per_round": train_rows[2]["train.bytes_down"] + train_rows[2]["train.bytes_up"]
             if 2 in train_rows else None,
             "replies": [train_rows[r]["train.replies"] for r in sorted(train_rows)]}
+
+
+def measure_bare(clients: int, rounds: int, root: Path) -> dict[str, Any]:
+    """The same message sizes through a bare Flower app (:mod:`bench.flower_bare`) on a fresh local federation."""
+    import tomli_w
+
+    from fednsl.engines.flower_local import LocalFederation
+    from fednsl.engines.flower_submit import submit_and_wait
+
+    repo = str(Path(__file__).resolve().parents[1])  # SuperNodes import bench.flower_bare from here
+    if repo not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    work = root / f"bare-{clients}"
+    out = work / "times.json"
+    app = work / "app"
+    app.mkdir(parents=True)
+    (app / "pyproject.toml").write_text(tomli_w.dumps({
+        "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
+        "project": {"name": "bare-flower-app", "version": "1.0.0", "license": "MIT", "dependencies": []},
+        "tool": {"hatch": {"build": {"targets": {"wheel": {"packages": ["."]}}}},
+                 "flwr": {"app": {"publisher": "fednsl-bench",
+                                  "components": {"serverapp": "bench.flower_bare:server_app",
+                                                 "clientapp": "bench.flower_bare:client_app"},
+                                  "config": {"rounds": rounds, "num-nodes": clients, "T": T, "J": J,
+                                             "out": str(out)}}}}}))
+    t0 = time.perf_counter()
+    with LocalFederation(clients, work / "local", start_timeout_s=120) as fed:
+        run = submit_and_wait(app, fed.flwr_home, timeout_s=1800, log_path=work / "flwr-run.log")
+        if not run.ok:
+            raise RuntimeError(f"bare Flower run ended with {run.status}:\n{run.log[-3000:]}\n{fed.logs()}")
+    wall = time.perf_counter() - t0
+    times = json.loads(out.read_text())["round_times_s"]
+    steady = statistics.median(times[1:-1]) if rounds > 2 else times[-1]
+    return {"engine": "flower-bare", "clients": clients, "rounds": rounds, "wall_s": wall,
+            "startup_s": wall - sum(times), "round1_s": times[0], "steady_round_s": steady, "round_times_s": times}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
