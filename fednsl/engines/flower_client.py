@@ -24,6 +24,7 @@ import importlib
 import io
 import os
 import pickle
+import sys
 from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -37,6 +38,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 
 from fednsl.config import RunConfig  # noqa: E402
 from fednsl.engines.flower_records import from_recorddict, to_recorddict  # noqa: E402
+from fednsl.federation.records import Message  # noqa: E402
 from fednsl.federation.roles import Client  # noqa: E402
 
 if TYPE_CHECKING:
@@ -205,11 +207,43 @@ class FednslClientApp(ClientApp):
 
     def _serve(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         request = from_recorddict(message.content)
+        if self.source is None and os.environ.get("FEDNSL_FLOWER_WORKER", "1") != "0":
+            reply = self._serve_by_worker(request, context)
+            if reply is not None:
+                return FlowerMessage(to_recorddict(reply), reply_to=message)
         source = self._source(context)
         client, version, cid = self._client(source, context)
         reply = client.handle(request)
         self._store(context, client, version + 1, cid)
         return FlowerMessage(to_recorddict(reply), reply_to=message)
+
+    @staticmethod
+    def _serve_by_worker(request: Message, context: Context) -> Message | None:
+        """Serve through the node's long-lived worker (:mod:`fednsl.engines.flower_worker`); None if unreachable."""
+        from fednsl.engines import flower_worker as fw
+
+        text = context.run_config.get("fednsl-config")
+        if not text:
+            return None
+        pid, num = _partition(context)
+        rec = context.state.config_records.get(NODE_RECORD)
+        version, state = 0, None
+        if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
+                str(context.run_id), pid, num):
+            version = int(rec["version"])
+            state = ("client", bytes(rec["client"])) if "client" in rec else ("state", bytes(rec["state"]))
+        header = {"run": str(context.run_id), "pid": pid, "num": num, "version": version, "config": str(text),
+                  "config_key": hashlib.sha256(str(text).encode()).hexdigest()}
+        try:
+            sock = fw.connect(fw.socket_path(context.run_id, context.node_id), launcher_pid=os.getppid())
+            reply, answer, blob = fw.serve_via_worker(sock, header, request, state)
+        except (fw.WorkerError, OSError, ValueError) as exc:  # not the client's fault: serve it here instead
+            print(f"fednsl worker unavailable ({exc}); serving in the ClientApp process", file=sys.stderr)
+            return None
+        context.state.config_records[NODE_RECORD] = ConfigRecord(
+            {"version": int(answer["version"]), "cid": str(answer["cid"]), "run-id": str(context.run_id),
+             "partition-id": pid, "num-partitions": num, str(answer["kind"]): blob})
+        return reply
 
     @staticmethod
     def _client(source: ClientSource, context: Context) -> tuple[Client, int, str]:
