@@ -33,7 +33,7 @@ def write_app(app_dir: Path, config: RunConfig, run_dir: Path, *, resume: bool =
             "flwr": {"app": {
                 "publisher": "fednsl",
                 "components": {"serverapp": "fednsl.engines.flower:server_app",
-                               "clientapp": "fednsl.engines.flower:client_app"},
+                               "clientapp": "fednsl.engines.flower_client:client_app"},
                 "config": {"fednsl-config": config_text(config), "run-dir": str(Path(run_dir).resolve()),
                            "resume": bool(resume), "node-wait-s": float(node_wait_s), "poll-s": float(poll_s)},
             }},

@@ -283,5 +283,5 @@ class FednslClientApp(ClientApp):
         _LIVE[(context.run_id, context.node_id)] = (version, client)
 
 
-#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower:client_app``).
+#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower_client:client_app``; it imports neither torch nor the server side).
 client_app = FednslClientApp()

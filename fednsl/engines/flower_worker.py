@@ -28,12 +28,12 @@ import io
 import json
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -226,9 +226,14 @@ def run_worker(path: Path, launcher_pid: int, idle_s: float) -> None:
     server.settimeout(2.0)
     worker = Worker()
     last = time.monotonic()
-    stop = threading.Event()
+
+    def exit_cleanly(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, exit_cleanly)  # the SuperNode's group is stopped: remove the socket on the way
+    signal.signal(signal.SIGHUP, exit_cleanly)
     try:
-        while not stop.is_set():
+        while True:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
@@ -247,6 +252,10 @@ def run_worker(path: Path, launcher_pid: int, idle_s: float) -> None:
     finally:
         server.close()
         path.unlink(missing_ok=True)
+        Path(str(path) + ".lock").unlink(missing_ok=True)
+        log = Path(str(path) + ".log")
+        if log.exists() and log.stat().st_size == 0:
+            log.unlink()
 
 
 def _alive(pid: int) -> bool:

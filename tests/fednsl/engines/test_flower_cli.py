@@ -24,7 +24,7 @@ def test_app_writes_a_flower_app_with_the_resolved_config(tmp_path):
     doc = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
     app = doc["tool"]["flwr"]["app"]
     assert app["components"] == {"serverapp": "fednsl.engines.flower:server_app",
-                                 "clientapp": "fednsl.engines.flower:client_app"}
+                                 "clientapp": "fednsl.engines.flower_client:client_app"}
     cfg = config_from_text(app["config"]["fednsl-config"])
     assert (cfg.method, cfg.rounds, cfg.engine) == ("fedavg", 3, "flower")
     assert app["config"]["run-dir"] == str((tmp_path / "run").resolve())
