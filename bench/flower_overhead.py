@@ -2,7 +2,11 @@
 
 The same run goes through three engines side by side: ``inprocess`` (the reference), ``flower-sim`` (Flower's
 simulation runtime on Ray, one actor; all simulations share one Ray start, reported separately) and ``flower``
-(a SuperLink and one SuperNode process per client on 127.0.0.1; each ClientApp message is a fresh process).
+(a SuperLink and one SuperNode process per client on 127.0.0.1). Flower 1.41 starts a fresh ClientApp process
+for every message (also with ``flower-supernode --isolation process``, which only moves the task launcher out of
+the SuperNode), so the deployment is also run beside ``flower-bare``: a bare Flower app (:mod:`bench.flower_bare`,
+Message API, ``@app.train()``) exchanging messages of the same sizes on the same kind of local federation; the
+target is fednsl's steady round ≤ 1.5× the bare app's.
 The run is FedAvg with an MLP of J=50 inputs, T=150 hidden units and J outputs: each message carries two T×J
 float32 weight matrices plus biases (61 KB), the size of a FedNSL rule message (T≈150 rule-head triples × J≈50
 candidate bodies). Local work is one SGD step on 6 samples (well under a millisecond), so a round's time is the
@@ -11,7 +15,7 @@ engine's overhead. Rounds evaluate only at the last round, so rounds 2..R-1 are 
 Reported per engine and client count: start-up (wall time minus the rounds), round 1, the steady-state round
 (median of rounds 2..R-1) and its ratio to the in-process steady-state round.
 
-    python -m bench.flower_overhead [--rounds 8] [--clients 2 10 100] [--deploy-rounds 4] [--deploy-clients 2 10]
+    python -m bench.flower_overhead [--rounds 8] [--clients 2 10] [--deploy-rounds 4] [--deploy-clients 2 10]
 """
 
 from __future__ import annotations
@@ -94,12 +98,15 @@ def measure_bare(clients: int, rounds: int, root: Path) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     ref = {r["clients"]: r["steady_round_s"] for r in rows if r["engine"] == "inprocess"}
-    out = ["| engine | clients | start-up (s) | round 1 (s) | steady round (s) | × in-process |",
-           "|---|---:|---:|---:|---:|---:|"]
+    bare = {r["clients"]: r["steady_round_s"] for r in rows if r["engine"] == "flower-bare"}
+    out = ["| engine | clients | start-up (s) | round 1 (s) | steady round (s) | × in-process | × bare Flower |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = r["steady_round_s"] / ref[r["clients"]] if r["clients"] in ref else float("nan")
+        vs_bare = (f"{r['steady_round_s'] / bare[r['clients']]:.2f}"
+                   if r["engine"] in ("flower", "flower-bare") and r["clients"] in bare else "")
         out.append(f"| {r['engine']} | {r['clients']} | {r['startup_s']:.2f} | {r['round1_s']:.3f} | "
-                   f"{r['steady_round_s']:.3f} | {ratio:.3g} |")
+                   f"{r['steady_round_s']:.3f} | {ratio:.3g} | {vs_bare} |")
     return "\n".join(out)
 
 
@@ -108,7 +115,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8,
                     help="rounds per in-process / simulation run (>= 3: rounds 2..R-1 are the steady state)")
     ap.add_argument("--deploy-rounds", type=int, default=4, help="rounds per deployment run (>= 3)")
-    ap.add_argument("--clients", type=int, nargs="+", default=[2, 10, 100],
+    ap.add_argument("--clients", type=int, nargs="+", default=[2, 10],
                     help="client counts for in-process and simulation")
     ap.add_argument("--deploy-clients", type=int, nargs="*", default=[2, 10],
                     help="client counts for the deployment engine (one SuperNode process each)")
@@ -133,11 +140,15 @@ def main() -> None:
             print(f"Ray start: {ray_start:.1f}s", flush=True)
             for k in args.clients:
                 record(measure("flower-sim", k, args.rounds, root))
-        for k in args.deploy_clients:
+        for k in args.deploy_clients:  # side by side: the bare Flower app, then fednsl's deployment
+            record(measure_bare(k, args.deploy_rounds, root))
             record(measure("flower", k, args.deploy_rounds, root))
     ref = {r["clients"]: r["steady_round_s"] for r in rows if r["engine"] == "inprocess"}
+    bare = {r["clients"]: r["steady_round_s"] for r in rows if r["engine"] == "flower-bare"}
     for r in rows:
         r["ratio_vs_inprocess"] = r["steady_round_s"] / ref[r["clients"]] if r["clients"] in ref else None
+        if r["engine"] == "flower" and r["clients"] in bare:
+            r["ratio_vs_bare_flower"] = r["steady_round_s"] / bare[r["clients"]]
     md = table(rows)
     print(md)
     path = write_result("flower_overhead", {

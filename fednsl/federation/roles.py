@@ -16,9 +16,10 @@ A client registers its handlers explicitly, in the spirit of Flower's ``@app.tra
         @handles("train")
         def fit(self, msg: Message) -> Message: ...
 
-Typos fail before the first round: a round naming an undeclared stage, a stage declared twice, a client
-without a handler for a declared stage, or a handler registered twice for one stage all raise
-:class:`StageError` when the round loop starts (``Strategy.check_clients``).
+Typos fail before any message is sent: a stage declared twice, a client without a handler for a declared
+stage (``Strategy.check_clients``, when the round loop starts) and a handler registered twice for one stage
+(when the class is defined) raise :class:`StageError`; a round whose ``stages(rnd)`` names an undeclared stage
+raises it before that round's first exchange.
 
 Replies are validated against the reply schema *bound to the request that was sent*: symbolic sizes of the
 reply schema (``"T"``, ``"J"``) take the values the request's arrays gave them under the request schema, and
