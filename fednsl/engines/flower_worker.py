@@ -173,7 +173,7 @@ class Worker:
         self.sources: dict[str, Any] = {}
 
     def handle(self, conn: socket.socket) -> None:
-        from fednsl.engines.flower_client import ConfigSource, _load_state
+        from fednsl.engines.flower_source import ConfigSource, load_state
 
         header = json.loads(recv_frame(conn))
         request = message_from_bytes(recv_frame(conn))
@@ -198,7 +198,7 @@ class Worker:
                     client = pickle.loads(blob)  # the node's own client, pickled by this worker or a ClientApp
                 elif kind == "state":
                     client = source.fresh_client(cid)
-                    _load_state(client, blob)
+                    load_state(client, blob)
                 else:
                     raise ValueError(f"node state of version {version} is missing")
             held = (version, cid, client)
@@ -207,9 +207,9 @@ class Worker:
         try:
             kind, blob = "client", pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - unpicklable client: its documented state_dict
-            from fednsl.engines.flower_client import _dump_state
+            from fednsl.engines.flower_source import dump_state
 
-            kind, blob = "state", _dump_state(client)
+            kind, blob = "state", dump_state(client)
         self.clients[key] = (version + 1, cid, client)
         send_frame(conn, json.dumps({"version": version + 1, "cid": cid, "kind": kind}).encode())
         send_frame(conn, message_to_bytes(reply))
