@@ -20,7 +20,7 @@ import numpy as np
 from bench._common import write_result
 from fednsl.config import RunConfig
 from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Client, Strategy
+from fednsl.federation.roles import Client, Stage, Strategy, handles
 from fednsl.federation.runner import Federation, InProcessRunner
 
 PAYLOAD = 1024  # floats per reply: a small weight vector
@@ -30,8 +30,8 @@ class NoOpStrategy(Strategy):
     def __init__(self) -> None:
         self.w = np.zeros(PAYLOAD, np.float32)
 
-    def stages(self, rnd: int) -> Sequence[str]:
-        return ("train",)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema),)
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         return Message("train", rnd, arrays={"w": self.w})
@@ -40,7 +40,7 @@ class NoOpStrategy(Strategy):
         self.w = np.mean([r.arrays["w"] for r in replies.values()], axis=0)
         return {}
 
-    def reply_schema(self, stage: str) -> Schema:
+    def train_reply_schema(self) -> Schema:
         return Schema(arrays=(ArraySpec("w", "weights", shape=(PAYLOAD,)),), metrics=("num_examples",))
 
     def state_dict(self):
@@ -51,6 +51,7 @@ class NoOpClient(Client):
     def __init__(self, cid: str):
         self.cid = cid
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         return msg.reply(self.cid, arrays={"w": msg.arrays["w"]}, metrics={"num_examples": 1})
 

@@ -31,11 +31,15 @@ CONFIG_DIR = Path(str(importlib.resources.files("fednsl") / "configs"))
 
 @dataclass
 class FederationConfig:
-    """How the round protocol runs (all engines)."""
+    """How the round protocol runs (all engines).
+
+    ``client_timeout_s`` (default 3600 s): a client that has not replied this long after its message left is
+    dropped from that exchange (a hanging client never blocks a run); ``null`` waits for ever.
+    """
 
     fraction: float = 1.0            # share of clients sampled per round
     min_clients: int = 1             # quorum: fewest replies a stage may aggregate
-    client_timeout_s: float | None = None  # a client slower than this is dropped from the round
+    client_timeout_s: float | None = 3600.0  # a client slower than this is dropped from the exchange
     parallelism: int = 1             # clients run at once (threads) in the in-process engine
     evaluate_every: int = 1          # run the evaluate stage every k rounds (and at the last)
     keep_checkpoints: int = 2        # newest checkpoints kept in RUN_DIR/checkpoints
@@ -46,6 +50,8 @@ class FederationConfig:
             raise ValueError(f"federation.fraction must be in (0, 1], got {self.fraction}")
         if self.min_clients < 1:
             raise ValueError(f"federation.min_clients must be >= 1, got {self.min_clients}")
+        if self.client_timeout_s is not None and not self.client_timeout_s > 0:
+            raise ValueError(f"federation.client_timeout_s must be > 0 (or null: no limit), got {self.client_timeout_s}")
         if self.on_quorum_loss not in ("skip", "abort"):
             raise ValueError(f"federation.on_quorum_loss must be 'skip' or 'abort', got {self.on_quorum_loss!r}")
 

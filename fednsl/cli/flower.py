@@ -9,6 +9,7 @@ Flower itself is imported only when a subcommand runs (``pip install 'fednsl[flo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -36,43 +37,108 @@ def command() -> None:
     """
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP, without port) only reaches this machine."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(address: str) -> str:
+    """``host:port`` / ``[v6]:port`` → host."""
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 or address.startswith("[") else address
+
+
+def _insecure(where: str, host: str) -> None:
+    """Allow ``--insecure`` only on loopback, and say what it means."""
+    if not _is_loopback(host):
+        raise click.UsageError(f"--insecure is refused for the non-loopback address {host!r}: anyone on the "
+                               f"network could read the models and impersonate {where}; use TLS "
+                               "(`fednsl flower certs DIR` makes test certificates)")
+    click.echo(f"warning: {where} runs with --insecure (no TLS, no SuperNode authentication); "
+               "only for trials on this machine", err=True)
+
+
+def superlink_argv(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_certfile: str | None,
+                   ssl_keyfile: str | None, supernode_auth: bool, insecure: bool, database: str | None) -> list[str]:
+    """The ``flower-superlink`` command line: TLS and SuperNode authentication unless ``insecure`` (loopback only)."""
+    from fednsl.engines.flower_procs import flower_bin
+
+    tls = [ssl_ca_certfile, ssl_certfile, ssl_keyfile]
+    if any(tls) and not all(tls):
+        raise click.UsageError("TLS needs all of --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
+    if insecure and any(tls):
+        raise click.UsageError("--insecure contradicts the --ssl-* options")
+    if not insecure and not all(tls):
+        raise click.UsageError("the SuperLink needs TLS: give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile "
+                               "(`fednsl flower certs DIR` makes test ones), or --insecure on a loopback address")
+    argv = [flower_bin("flower-superlink"), "--host", host, "--disable-runtime-dependency-installation"]
+    if port is not None:
+        argv += ["--port", str(port)]
+    if insecure:
+        _insecure("the SuperLink", host)
+        argv.append("--insecure")
+        return argv + (["--database", database] if database else [])
+    argv += ["--ssl-ca-certfile", str(ssl_ca_certfile), "--ssl-certfile", str(ssl_certfile),
+             "--ssl-keyfile", str(ssl_keyfile)]
+    if supernode_auth:
+        argv.append("--enable-supernode-auth")
+    else:
+        click.echo("warning: SuperNode authentication is off: any SuperNode that reaches the SuperLink may join",
+                   err=True)
+    return argv + (["--database", database] if database else [])
+
+
 @command.command("superlink")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address the SuperLink's HTTP API (Fleet, Control and Runtime) listens on; 0.0.0.0 for all.")
 @click.option("--port", type=int, default=None, help="Port of that API (Flower's default: 8000).")
 @click.option("--ssl-ca-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA certificate (PEM) for TLS; give it with --ssl-certfile/--ssl-keyfile. Without: --insecure.")
+              help="CA certificate (PEM) for TLS (required unless --insecure).")
 @click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Server certificate (PEM) whose SANs name the address SuperNodes use.")
 @click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Server private key (PEM).")
-@click.option("--enable-supernode-auth", is_flag=True,
-              help="Accept only SuperNodes whose public keys were registered with `flwr supernode register` "
-                   "(needs TLS).")
+@click.option("--supernode-auth/--no-supernode-auth", default=True, show_default=True,
+              help="Accept only SuperNodes whose public keys were registered with `flwr supernode register`.")
+@click.option("--insecure", is_flag=True,
+              help="No TLS and no SuperNode authentication: only on a loopback --host, with a warning.")
 @click.option("--database", default=None, help="SQLite file for the SuperLink's state (default: in memory).")
 def superlink(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_certfile: str | None,
-              ssl_keyfile: str | None, enable_supernode_auth: bool, database: str | None) -> None:
-    """Start `flower-superlink` with runtime dependency installation off (the app's code is fednsl itself)."""
-    from fednsl.engines.flower_deploy import flower_bin
+              ssl_keyfile: str | None, supernode_auth: bool, insecure: bool, database: str | None) -> None:
+    """Start `flower-superlink`: TLS and SuperNode authentication by default, runtime dependency installation off."""
+    _exec(superlink_argv(host, port, ssl_ca_certfile, ssl_certfile, ssl_keyfile, supernode_auth, insecure, database))
 
-    tls = [ssl_ca_certfile, ssl_certfile, ssl_keyfile]
-    if any(tls) and not all(tls):
-        raise click.UsageError("TLS needs all of --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile")
-    if enable_supernode_auth and not all(tls):
-        raise click.UsageError("--enable-supernode-auth needs TLS (--ssl-* options)")
-    argv = [flower_bin("flower-superlink"), "--host", host, "--disable-runtime-dependency-installation"]
-    if port is not None:
-        argv += ["--port", str(port)]
-    if all(tls):
-        argv += ["--ssl-ca-certfile", str(ssl_ca_certfile), "--ssl-certfile", str(ssl_certfile),
-                 "--ssl-keyfile", str(ssl_keyfile)]
-    else:
-        argv.append("--insecure")
-    if enable_supernode_auth:
-        argv.append("--enable-supernode-auth")
-    if database:
-        argv += ["--database", database]
-    _exec(argv)
+
+def supernode_argv(address: str, partition_id: int, num_partitions: int, root_certificates: str | None,
+                   auth_key: str | None, supernode_auth: bool, insecure: bool, port: int | None) -> list[str]:
+    """The ``flower-supernode`` command line: TLS and a signing key unless ``insecure`` (loopback only)."""
+    from fednsl.engines.flower_procs import flower_bin, free_port
+
+    if not 0 <= partition_id < num_partitions:
+        raise click.UsageError(f"--partition-id must be in [0, {num_partitions}), got {partition_id}")
+    if insecure and (root_certificates or auth_key):
+        raise click.UsageError("--insecure contradicts --root-certificates / --auth-key")
+    if not insecure and not root_certificates:
+        raise click.UsageError("the SuperNode needs --root-certificates (the CA of the SuperLink's TLS "
+                               "certificate), or --insecure for a SuperLink on a loopback address")
+    if not insecure and supernode_auth and not auth_key:
+        raise click.UsageError("the SuperNode needs --auth-key (its private key, registered on the SuperLink with "
+                               "`flwr supernode register`), or --no-supernode-auth when the SuperLink does not "
+                               "authenticate SuperNodes")
+    argv = [flower_bin("flower-supernode"), "--superlink", address, "--port", str(port or free_port()),
+            "--node-config", f"partition-id={partition_id} num-partitions={num_partitions}"]
+    if insecure:
+        _insecure("the SuperNode", _host_of(address))
+        return argv + ["--insecure"]
+    argv += ["--root-certificates", str(root_certificates)]
+    if auth_key:
+        argv += ["--auth-supernode-private-key", str(auth_key)]
+    return argv
 
 
 @command.command("supernode")
@@ -81,24 +147,20 @@ def superlink(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_cert
               help="Which client this node serves: index into the method's sorted client ids.")
 @click.option("--num-partitions", type=int, required=True, help="The method's number of clients.")
 @click.option("--root-certificates", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA certificate (PEM) to verify the SuperLink's TLS certificate. Without: --insecure.")
+              help="CA certificate (PEM) to verify the SuperLink's TLS certificate (required unless --insecure).")
 @click.option("--auth-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="This node's private key (ECDSA, OpenSSH format) when the SuperLink authenticates SuperNodes.")
+              help="This node's private key (ECDSA, OpenSSH format), registered on the SuperLink.")
+@click.option("--supernode-auth/--no-supernode-auth", default=True, show_default=True,
+              help="Whether the SuperLink authenticates SuperNodes (then --auth-key is required).")
+@click.option("--insecure", is_flag=True,
+              help="No TLS and no authentication: only for a SuperLink on a loopback address, with a warning.")
 @click.option("--port", type=int, default=None,
               help="Port of the node's local Runtime API (default: a free port; Flower's own default is 9094).")
 def supernode(address: str, partition_id: int, num_partitions: int, root_certificates: str | None,
-              auth_key: str | None, port: int | None) -> None:
+              auth_key: str | None, supernode_auth: bool, insecure: bool, port: int | None) -> None:
     """Start `flower-supernode` for one client of a fednsl method (node config partition-id / num-partitions)."""
-    from fednsl.engines.flower_deploy import flower_bin, free_port
-
-    if not 0 <= partition_id < num_partitions:
-        raise click.UsageError(f"--partition-id must be in [0, {num_partitions}), got {partition_id}")
-    argv = [flower_bin("flower-supernode"), "--superlink", address, "--port", str(port or free_port()),
-            "--node-config", f"partition-id={partition_id} num-partitions={num_partitions}"]
-    argv += ["--root-certificates", str(root_certificates)] if root_certificates else ["--insecure"]
-    if auth_key:
-        argv += ["--auth-supernode-private-key", str(auth_key)]
-    _exec(argv)
+    _exec(supernode_argv(address, partition_id, num_partitions, root_certificates, auth_key, supernode_auth,
+                         insecure, port))
 
 
 def _load(config: str, overrides: tuple[str, ...]):
@@ -160,7 +222,7 @@ def run(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool,
               help="How long the ServerApp waits for every client's SuperNode before starting.")
 def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resume: bool, node_wait_s: float) -> None:
     """Write APP_DIR/pyproject.toml: a Flower app running CONFIG, for `flwr run APP_DIR CONNECTION`."""
-    from fednsl.engines.flower_deploy import write_app
+    from fednsl.engines.flower_app import write_app
 
     cfg = _load(config, overrides)
     path = write_app(app_dir, cfg, out, resume=resume, node_wait_s=node_wait_s)
@@ -177,7 +239,7 @@ def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resum
               help="Also write this many SuperNode key pairs (for --enable-supernode-auth).")
 def certs(directory: Path, hosts: tuple[str, ...], supernodes: int) -> None:
     """Write a self-signed CA, a SuperLink certificate and SuperNode keys into DIRECTORY (for tests and trials)."""
-    from fednsl.engines.flower_deploy import make_node_keys, make_tls
+    from fednsl.engines.flower_tls import make_node_keys, make_tls
 
     files = make_tls(directory, hosts=hosts)
     click.echo(f"superlink: --ssl-ca-certfile {files.ca_cert} --ssl-certfile {files.server_cert} "

@@ -12,10 +12,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import Message, Schema, weights_schema
-from fednsl.federation.roles import Metrics, Strategy
+from fednsl.federation.records import Message, Schema, weights_request_schema, weights_schema
+from fednsl.federation.roles import Metrics, Stage, Strategy
 
-EVAL_SCHEMA = Schema(metrics=("num_examples", "loss", "accuracy"))
+EVAL_SCHEMA = Schema(metrics=("num_examples", "loss", "accuracy"),
+                     required_metrics=("num_examples", "loss", "accuracy"))
 
 
 @dataclass
@@ -33,6 +34,27 @@ class FedAvgStrategy(Strategy):
     def __init__(self, initial: dict[str, np.ndarray], cfg: FedAvgConfig):
         self.weights = {k: v.copy() for k, v in initial.items()}
         self.cfg = cfg
+        self.example_limits: dict[str, int] = {}  # client -> most examples it holds (known at enrolment)
+
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
+                      request=self.weights_request_schema, limits=self.count_limits),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=self.evaluate_reply_schema,
+                      request=self.weights_request_schema, limits=self.count_limits))
+
+    def count_limits(self, cid: str) -> dict[str, float]:
+        """``num_examples`` of a reply is at most what the client enrolled with (when the server knows it)."""
+        return {"num_examples": self.example_limits[cid]} if cid in self.example_limits else {}
+
+    def weights_request_schema(self) -> Schema:
+        """The global weights, each of the shape the server holds."""
+        return weights_request_schema(self.weights)
+
+    def train_reply_schema(self) -> Schema:
+        return weights_schema(list(self.weights), extra_metrics=("train_loss",))
+
+    def evaluate_reply_schema(self) -> Schema:
+        return EVAL_SCHEMA
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         return Message("train", rnd, arrays=self.weights,
@@ -53,13 +75,6 @@ class FedAvgStrategy(Strategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = [r.metrics["num_examples"] for r in replies.values()]
         return {k: float(np.average([r.metrics[k] for r in replies.values()], weights=n)) for k in ("loss", "accuracy")}
-
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            return weights_schema(list(self.weights), extra_metrics=("train_loss",))
-        if stage == "evaluate":
-            return EVAL_SCHEMA
-        return super().reply_schema(stage)
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": {k: v.copy() for k, v in self.weights.items()}}

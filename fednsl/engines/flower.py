@@ -1,13 +1,9 @@
 """Run any registered fednsl method on Flower 1.41: the ServerApp side and the ``flower-sim`` / ``flower`` engines.
 
-Server side — :class:`GridRunner` is the in-process runner with Flower's ``Grid`` as transport: per round and
-stage it samples clients, ``configure``-s one fednsl message each, pushes them as Flower messages
-(:mod:`fednsl.engines.flower_records`), pulls replies as they arrive and feeds the *same* sans-IO
-:mod:`fednsl.federation.protocol` step functions (round/stage tags, quorum, timeouts), validation, metrics
-and checkpoints as :class:`~fednsl.federation.runner.InProcessRunner`. A client whose SuperNode stops
-answering (Flower replies "Node Unavailable" once it misses 2 heartbeats, i.e. within about 60 s, and drops it
-from ``grid.get_node_ids()``) or that overruns ``federation.client_timeout_s`` is a failed client of that
-exchange; the stage completes when the quorum (``federation.min_clients``) replied.
+Server side — :class:`~fednsl.engines.flower_grid.GridRunner` is the one round loop
+(:mod:`fednsl.federation.loop`) over :class:`~fednsl.engines.flower_grid.GridTransport`: the same sampling,
+seeds, sans-IO protocol, validation, metrics and checkpoints as the in-process engine; only the way messages
+travel differs.
 
 Client side — :mod:`fednsl.engines.flower_client` (:class:`FednslClientApp`).
 
@@ -26,29 +22,31 @@ Importing this module sets ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_UPDAT
 from __future__ import annotations
 
 import logging
-import math
 import os
 import pickle
 import sys
-import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from flwr.app import DEFAULT_TTL, Context, RecordDict
-from flwr.app import Message as FlowerMessage
+from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fednsl.config import RunConfig
 from fednsl.engines.flower_client import (
-    HELLO, ClientSource, ConfigSource, FednslClientApp, ShippedSource, build_method, client_app, config_from_text,
+    ClientSource,
+    ConfigSource,
+    FednslClientApp,
+    ShippedSource,
+    build_method,
+    client_app,
+    config_from_text,
     config_text,
 )
-from fednsl.engines.flower_records import RecordTranslationError, from_recorddict, message_type, to_recorddict
-from fednsl.federation import protocol
-from fednsl.federation.records import Message
-from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult, client_seed
+from fednsl.engines.flower_deploy import DeploymentOptions, run_deployment
+from fednsl.engines.flower_grid import GridOptions, GridRunner, GridTransport
+from fednsl.federation.loop import Federation, MessageHook, RunResult
 from fednsl.federation.tracking import Checkpoints, MetricsLog
 
 log = logging.getLogger("fednsl.flower")
@@ -57,166 +55,6 @@ RUN_CONFIG_KEYS = ("fednsl-config", "run-dir", "resume", "node-wait-s", "poll-s"
 
 
 # ==== server side ============================================================================================
-@dataclass
-class GridOptions:
-    """How the server talks to the Grid."""
-
-    node_wait_s: float = 120.0   # wait this long at start for every partition's SuperNode to announce itself
-    poll_s: float = 0.1          # interval between pulls of replies
-    liveness_s: float = 2.0      # how often pending SuperNodes are checked against grid.get_node_ids()
-
-
-class GridRunner(InProcessRunner):
-    """:class:`InProcessRunner` over a Flower ``Grid``: same protocol, sampling, seeds, metrics and checkpoints.
-
-    Overrides only how a stage's messages reach the clients (``_run_clients``) and which clients are available
-    (those whose SuperNode is connected). Checkpoints hold the server state; client state lives on the nodes.
-    """
-
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, grid: Grid,
-                 resume: bool = False, progress: bool = True, message_hook: MessageHook | None = None,
-                 options: GridOptions | None = None):
-        super().__init__(federation, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
-        self.grid = grid
-        self.opts = options or GridOptions()
-        self.node_of: dict[str, int] = {}          # client id -> node id
-        self._cid_of: dict[int, str] = {}          # node id -> client id
-        self._hello: dict[str, int] = {}           # hello message id -> node id
-        self._asked: set[int] = set()              # nodes a hello went to
-        self.rejected: dict[int, str] = {}         # node id -> why it serves no client
-
-    # -- discovery -------------------------------------------------------------------------------------------
-    def discover(self, wait_s: float) -> None:
-        """Map connected SuperNodes to client ids; wait up to ``wait_s`` for all partitions."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            live = set(self.grid.get_node_ids())
-            for node in [n for n in self._cid_of if n not in live]:
-                cid = self._cid_of.pop(node)
-                if self.node_of.get(cid) == node:
-                    del self.node_of[cid]
-                log.warning("SuperNode %s (client %s) left the federation", node, cid)
-            new = sorted(live - self._asked)
-            if new:
-                msgs = [FlowerMessage(RecordDict(), dst_node_id=n, message_type=HELLO) for n in new]
-                for mid, node in zip(self.grid.push_messages(msgs), new):
-                    if mid:
-                        self._hello[mid] = node
-                self._asked.update(new)
-            if self._hello:
-                for reply in self.grid.pull_messages(list(self._hello)):
-                    node = self._hello.pop(reply.metadata.reply_to_message_id, None)
-                    if node is not None:
-                        self._register(node, reply, live)
-            if len(self.node_of) == len(self.ids) or time.monotonic() >= deadline:
-                return
-            time.sleep(self.opts.poll_s)
-
-    def _register(self, node: int, reply: FlowerMessage, live: set[int]) -> None:
-        if reply.has_error():
-            self.rejected[node] = f"hello failed: {reply.error.reason}"
-        else:
-            rec = reply.content.config_records["node"]
-            pid, num = int(rec["partition-id"]), int(rec["num-partitions"])
-            if num != len(self.ids) or not 0 <= pid < num:
-                self.rejected[node] = (f"partition-id={pid} num-partitions={num}, but the method has "
-                                       f"{len(self.ids)} clients")
-            else:
-                cid = self.ids[pid]
-                holder = self.node_of.get(cid)
-                if holder is not None and holder in live:
-                    self.rejected[node] = f"partition {pid} ({cid}) is already served by SuperNode {holder}"
-                else:
-                    self.node_of[cid] = node
-                    self._cid_of[node] = cid
-                    log.info("SuperNode %s serves client %s (partition %d)", node, cid, pid)
-                    return
-        log.warning("SuperNode %s serves no client: %s", node, self.rejected[node])
-
-    # -- the runner's hooks ----------------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        self.discover(self.opts.node_wait_s)
-        missing = [c for c in self.ids if c not in self.node_of]
-        if missing:
-            log.warning("no SuperNode for clients %s after %.0fs; they count as unavailable", missing,
-                        self.opts.node_wait_s)
-        if len(self.node_of) < self.cfg.federation.min_clients:
-            raise RuntimeError(f"only {len(self.node_of)} of {len(self.ids)} clients have a SuperNode after "
-                               f"{self.opts.node_wait_s:.0f}s, quorum is {self.cfg.federation.min_clients}; "
-                               f"rejected nodes: {self.rejected or 'none'}")
-        return super().run()
-
-    def _exchange(self, rnd: int, stage: str) -> protocol.ExchangeLog:
-        self.discover(0.0)  # forget nodes that left, greet nodes that (re)joined
-        return super()._exchange(rnd, stage)
-
-    def _still_busy(self, cid: str) -> bool:
-        return cid not in self.node_of  # not available: no connected SuperNode holds this partition
-
-    def _run_clients(self, rnd: int, stage: str, sampled: Sequence[str],
-                     outgoing: Mapping[str, Message]) -> Iterator[tuple[str, protocol.Event, Message | None]]:
-        """Push one Flower message per sampled client; yield (client, event, reply) as replies arrive."""
-        budget = self.cfg.federation.client_timeout_s
-        ttl = None if budget is None else min(float(DEFAULT_TTL), float(budget) + 60.0)  # let the link expire it
-        mtype = message_type(stage)
-        pending: dict[str, str] = {}
-        batch: list[tuple[str, FlowerMessage]] = []
-        for cid in sampled:
-            node = self.node_of.get(cid)
-            if node is None:
-                yield cid, protocol.Failure(cid, rnd, stage, "no SuperNode serves this client"), None
-                continue
-            msg = outgoing[cid]
-            msg = replace(msg, config={**msg.config, "seed": client_seed(self.cfg.seed, rnd, stage, self.ids.index(cid))})
-            if self.hook:
-                self.hook("down", cid, msg)
-            batch.append((cid, FlowerMessage(to_recorddict(msg), dst_node_id=node, message_type=mtype, ttl=ttl,
-                                             group_id=f"{rnd}/{stage}")))
-        mids = list(self.grid.push_messages([m for _, m in batch])) if batch else []
-        for i, (cid, _) in enumerate(batch):
-            mid = mids[i] if i < len(mids) else None
-            if mid:
-                pending[mid] = cid
-            else:
-                yield cid, protocol.Failure(cid, rnd, stage, "the SuperLink did not accept the message"), None
-        deadline = time.monotonic() + budget if budget else math.inf
-        next_check = time.monotonic() + self.opts.liveness_s
-        while pending:
-            for reply in self.grid.pull_messages(list(pending)):
-                cid = pending.pop(reply.metadata.reply_to_message_id, None)
-                if cid is None:
-                    continue
-                if reply.has_error():
-                    err = reply.error
-                    yield cid, protocol.Failure(cid, rnd, stage, f"Flower error {err.code}: {err.reason}"), None
-                    continue
-                try:
-                    got = from_recorddict(reply.content)
-                except RecordTranslationError as exc:
-                    yield cid, protocol.Failure(cid, rnd, stage, str(exc)), None
-                    continue
-                yield cid, protocol.Reply(cid, got.round, got.kind), got
-            if not pending:
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                for cid in list(pending.values()):
-                    yield cid, protocol.Failure(cid, rnd, stage, f"timed out after {budget}s"), None
-                break
-            if now >= next_check:
-                live = set(self.grid.get_node_ids())
-                for mid, cid in list(pending.items()):
-                    if self.node_of.get(cid) not in live:
-                        del pending[mid]
-                        yield cid, protocol.Failure(cid, rnd, stage, "its SuperNode left the federation"), None
-                next_check = now + self.opts.liveness_s
-            time.sleep(max(0.0, min(self.opts.poll_s, deadline - now)))
-
-    def _snapshot(self, rnd: int) -> dict[str, Any]:
-        return {"round": rnd, "strategy": self.fed.strategy.state_dict(), "clients": {},
-                "engine": "flower", "config": self.cfg.to_dict()}
-
-
 def _server_main(grid: Grid, context: Context) -> None:
     rc = context.run_config
     missing = [k for k in ("fednsl-config", "run-dir") if k not in rc]
@@ -323,19 +161,16 @@ class FlowerDeploymentEngine:
     """
 
     def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, resume: bool = False,
-                 progress: bool = True, message_hook: MessageHook | None = None, options: Any = None):
+                 progress: bool = True, message_hook: MessageHook | None = None,
+                 options: DeploymentOptions | None = None):
         if message_hook is not None:
             raise ValueError("engine 'flower': a message_hook cannot observe messages in other processes; "
                              "use engine 'flower-sim' to inspect messages")
-        from fednsl.engines.flower_deploy import DeploymentOptions
-
         self.fed, self.cfg, self.run_dir = federation, config, Path(run_dir).resolve()
         self.resume, self.progress = resume, progress
         self.opts = options if options is not None else DeploymentOptions.from_env()
 
     def run(self) -> RunResult:
-        from fednsl.engines.flower_deploy import run_deployment
-
         run_deployment(self.cfg, self.run_dir, num_clients=len(self.fed.clients), resume=self.resume,
                        options=self.opts, progress=self.progress)
         rounds = restore_final_state(self.fed, self.run_dir)
@@ -353,5 +188,5 @@ def register(engines: Any) -> None:
 
 
 __all__ = ["ENGINE_NAMES", "FednslClientApp", "FlowerDeploymentEngine", "FlowerSimulationEngine", "GridOptions",
-           "GridRunner", "build_method", "client_app", "config_from_text", "config_text", "ray_runtime", "register",
+           "GridRunner", "GridTransport", "build_method", "client_app", "config_from_text", "config_text", "ray_runtime", "register",
            "restore_final_state", "server_app"]

@@ -6,142 +6,49 @@ The node's client is ``sorted(client ids)[partition-id]``, from its node config 
 ``num-partitions`` (``flower-supernode --node-config``; the simulation runtime sets both). The server learns
 which node serves which client with one ``query.fednsl_hello`` exchange, answered from the node config alone.
 
-The client object survives between messages: in the process (simulation actors are long-lived) and, since
-a SuperNode starts one ClientApp process per message, pickled in the node's Flower ``Context.state`` (which
-stays on the node). A method whose client keeps state across stages or rounds therefore behaves exactly as
+The client object survives between messages: in the process (simulation actors are long-lived); in deployment,
+where a SuperNode starts one ClientApp process per message, in a node-local worker process
+(:mod:`fednsl.engines.flower_worker`) that this ClientApp relays each message to, and after every message pickled
+in the node's Flower ``Context.state`` (which stays on the node; the ClientApp serves from it itself when the
+worker is gone). A method whose client keeps state across stages or rounds therefore behaves exactly as
 in-process. Clients that cannot be pickled keep their documented ``state_dict()`` instead.
+``FEDNSL_FLOWER_WORKER=0`` on a SuperNode serves every message in the ClientApp process.
 
 Deployment builds the method from the config on a node's first message (``build(config)`` makes every client;
 the node keeps the one of its partition), so the data the config names must be readable on each node.
 
-This module imports neither torch nor the server-side runner, so a hello costs only Flower's own start-up.
+This module imports neither torch nor the server-side runner (the Flower app loads ``client_app`` from here), so
+a message relayed to the worker costs only Flower's own process start.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import io
 import os
 import pickle
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import Any
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
-import yaml  # noqa: E402
 from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.app.metadata import validate_message_type  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from fednsl.config import RunConfig  # noqa: E402
 from fednsl.engines.flower_records import from_recorddict, to_recorddict  # noqa: E402
+from fednsl.engines.flower_source import (  # noqa: E402
+    ClientSource, ConfigSource, ShippedSource, build_method, config_from_text, config_text, dump_state, load_state,
+)
+from fednsl.federation.records import Message  # noqa: E402
 from fednsl.federation.roles import Client  # noqa: E402
 
-if TYPE_CHECKING:
-    from fednsl.federation.runner import Federation
+__all__ = ["HELLO", "NODE_RECORD", "ClientSource", "ConfigSource", "FednslClientApp", "ShippedSource", "build_method",
+           "client_app", "config_from_text", "config_text"]
 
 HELLO = "query.fednsl_hello"       # engine handshake: which partition does a SuperNode hold?
 NODE_RECORD = "fednsl.node"        # Context.state record holding the node's client between messages
-
-
-def build_method(config: RunConfig) -> Federation:
-    """``METHODS[config.method].build(config)``, importing only that method's package when it has the same name.
-
-    Flower starts a fresh Python process per ClientApp message in deployment, so importing every method package
-    (``load_methods``) each time would be slow; unknown names fall back to importing all of them.
-    """
-    from fednsl.registry import METHODS, load_methods, normalize
-
-    name = normalize(config.method)
-    if name not in METHODS:
-        try:
-            importlib.import_module(f"fednsl.methods.{name.replace('-', '_')}")
-        except ImportError:
-            pass
-    if name not in METHODS:
-        load_methods()
-    return METHODS.get(name).build(config)
-
-
-def config_text(config: RunConfig) -> str:
-    """The resolved config as YAML text (what travels in Flower's run config)."""
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
-
-
-def config_from_text(text: str, where: str = "Flower run config 'fednsl-config'") -> RunConfig:
-    raw = yaml.safe_load(text)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: expected a YAML mapping, got {type(raw).__name__}")
-    return RunConfig.from_dict(raw, where=where)
-
-
-class ClientSource:
-    """Where a node gets a fresh (never used) copy of its fednsl client."""
-
-    key: str
-
-    def client_ids(self) -> list[str]:
-        raise NotImplementedError
-
-    def fresh_client(self, cid: str) -> Client:
-        raise NotImplementedError
-
-
-class ConfigSource(ClientSource):
-    """Build the method from its config (once per process); hand out pickled copies of the built clients."""
-
-    def __init__(self, config_yaml: str):
-        self.config_yaml = config_yaml
-        self.key = "config:" + hashlib.sha256(config_yaml.encode()).hexdigest()[:16]
-        self._fed: Federation | None = None
-        self._blobs: dict[str, bytes] = {}
-
-    def _federation(self) -> Federation:
-        if self._fed is None:
-            self._fed = build_method(config_from_text(self.config_yaml))
-            for cid, client in self._fed.clients.items():
-                try:
-                    self._blobs[cid] = pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception:  # noqa: BLE001 - unpicklable clients: rebuild for every further copy
-                    pass
-        return self._fed
-
-    def client_ids(self) -> list[str]:
-        return sorted(self._federation().clients)
-
-    def fresh_client(self, cid: str) -> Client:
-        fed = self._federation()
-        if cid in self._blobs:
-            return pickle.loads(self._blobs[cid])
-        self._fed = None  # the built object is handed out; the next request rebuilds
-        return fed.clients[cid]
-
-
-class ShippedSource(ClientSource):
-    """Pickled client objects put once into Ray's object store by the simulation engine."""
-
-    def __init__(self, ref: Any):
-        self.ref = ref
-        self.key = f"ray:{ref.hex()}"
-        self._blobs: dict[str, bytes] | None = None
-
-    def _get(self) -> dict[str, bytes]:
-        if self._blobs is None:
-            import ray
-
-            self._blobs = ray.get(self.ref)
-        return self._blobs
-
-    def client_ids(self) -> list[str]:
-        return sorted(self._get())
-
-    def fresh_client(self, cid: str) -> Client:
-        return pickle.loads(self._get()[cid])
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"ref": self.ref, "key": self.key, "_blobs": None}
 
 
 _SOURCES: dict[str, ClientSource] = {}                      # per process: source key -> source (with its cache)
@@ -155,20 +62,6 @@ def _partition(context: Context) -> tuple[int, int]:
     except KeyError as exc:
         raise ValueError(f"SuperNode {context.node_id}: node config {dict(nc)} lacks {exc.args[0]!r}; start it "
                          "with --node-config 'partition-id=I num-partitions=N' (N = the method's clients)") from exc
-
-
-def _dump_state(client: Client) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(client.state_dict(), buf)
-    return buf.getvalue()
-
-
-def _load_state(client: Client, blob: bytes) -> None:
-    import torch
-
-    client.load_state_dict(torch.load(io.BytesIO(blob), weights_only=False))
 
 
 class FednslClientApp(ClientApp):
@@ -205,11 +98,43 @@ class FednslClientApp(ClientApp):
 
     def _serve(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         request = from_recorddict(message.content)
+        if self.source is None and os.environ.get("FEDNSL_FLOWER_WORKER", "1") != "0":
+            reply = self._serve_by_worker(request, context)
+            if reply is not None:
+                return FlowerMessage(to_recorddict(reply), reply_to=message)
         source = self._source(context)
         client, version, cid = self._client(source, context)
         reply = client.handle(request)
         self._store(context, client, version + 1, cid)
         return FlowerMessage(to_recorddict(reply), reply_to=message)
+
+    @staticmethod
+    def _serve_by_worker(request: Message, context: Context) -> Message | None:
+        """Serve through the node's long-lived worker (:mod:`fednsl.engines.flower_worker`); None if unreachable."""
+        from fednsl.engines import flower_worker as fw
+
+        text = context.run_config.get("fednsl-config")
+        if not text:
+            return None
+        pid, num = _partition(context)
+        rec = context.state.config_records.get(NODE_RECORD)
+        version, state = 0, None
+        if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
+                str(context.run_id), pid, num):
+            version = int(rec["version"])
+            state = ("client", bytes(rec["client"])) if "client" in rec else ("state", bytes(rec["state"]))
+        header = {"run": str(context.run_id), "pid": pid, "num": num, "version": version, "config": str(text),
+                  "config_key": hashlib.sha256(str(text).encode()).hexdigest()}
+        try:
+            sock = fw.connect(fw.socket_path(context.run_id, context.node_id), launcher_pid=os.getppid())
+            reply, answer, blob = fw.serve_via_worker(sock, header, request, state)
+        except (fw.WorkerError, OSError, ValueError) as exc:  # not the client's fault: serve it here instead
+            print(f"fednsl worker unavailable ({exc}); serving in the ClientApp process", file=sys.stderr)
+            return None
+        context.state.config_records[NODE_RECORD] = ConfigRecord(
+            {"version": int(answer["version"]), "cid": str(answer["cid"]), "run-id": str(context.run_id),
+             "partition-id": pid, "num-partitions": num, str(answer["kind"]): blob})
+        return reply
 
     @staticmethod
     def _client(source: ClientSource, context: Context) -> tuple[Client, int, str]:
@@ -228,7 +153,7 @@ class FednslClientApp(ClientApp):
             if "client" in rec:
                 return pickle.loads(rec["client"]), version, cid
             client = source.fresh_client(cid)
-            _load_state(client, rec["state"])
+            load_state(client, rec["state"])
             return client, version, cid
         ids = source.client_ids()
         if num != len(ids) or not 0 <= pid < num:
@@ -241,7 +166,7 @@ class FednslClientApp(ClientApp):
         try:
             payload: dict[str, Any] = {"client": pickle.dumps(client, protocol=pickle.HIGHEST_PROTOCOL)}
         except Exception:  # noqa: BLE001 - unpicklable client: keep its documented state_dict instead
-            payload = {"state": _dump_state(client)}
+            payload = {"state": dump_state(client)}
         pid, num = _partition(context)
         context.state.config_records[NODE_RECORD] = ConfigRecord(
             {"version": version, "cid": cid, "run-id": str(context.run_id),  # a uint64: too big for a config int
@@ -249,5 +174,5 @@ class FednslClientApp(ClientApp):
         _LIVE[(context.run_id, context.node_id)] = (version, client)
 
 
-#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower:client_app``).
+#: The ClientApp that ``flower-supernode`` loads (``fednsl.engines.flower_client:client_app``; it imports neither torch nor the server side).
 client_app = FednslClientApp()

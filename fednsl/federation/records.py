@@ -19,6 +19,7 @@ ArrayKind = Literal["weights", "distribution", "quantiles", "ids", "counts", "sc
 DtypeKind = Literal["float", "int", "bool"]
 
 SERVER = "server"
+COUNT_METRICS = ("num_examples",)
 
 
 @dataclass
@@ -84,9 +85,12 @@ class ArraySpec:
     """Declaration of one array field.
 
     ``shape`` entries are ints (fixed), strings (symbolic sizes that must agree across the
-    fields of one message, e.g. "T" triples) or None (any). ``kind="distribution"`` adds
+    fields of one message, e.g. "T" triples, and with the request the message answers when the
+    request schema names the same symbol) or None (any). ``kind="distribution"`` adds
     non-negativity and normalisation to 1 along ``axis``; with ``mask`` naming a boolean field
     of the same shape, masked-out entries must be 0 and rows with no valid entry may sum to 0.
+    ``kind="ids"`` and ``"counts"`` arrays must be non-negative; ``high`` bounds ids from above
+    (exclusive). ``like`` ties the shape to an array of the request (a model's weights).
     """
 
     name: str
@@ -97,16 +101,28 @@ class ArraySpec:
     mask: str | None = None
     required: bool = True
     atol: float = 1e-4
+    like: str | None = None          # must have exactly the shape of the request's array of this name
+    high: int | str | None = None    # ids: every value < high (an int, or a symbolic size bound by the request)
 
 
 @dataclass(frozen=True)
 class Schema:
-    """What a message of one kind may carry. Anything undeclared is rejected."""
+    """What a message of one kind may carry. Anything undeclared is rejected.
+
+    What a schema can prevent: undeclared fields, wrong dtypes, shapes that disagree with the request,
+    non-finite values, ids out of range, negative or too large counts, distributions that do not sum to 1.
+    What it cannot: a client encoding information in the *values* of declared fields (a covert channel
+    within the bounds), or a finite but poisoned model update; these need secure aggregation or robust
+    aggregation, which fednsl does not claim.
+    """
 
     arrays: tuple[ArraySpec, ...] = ()
     metrics: tuple[str, ...] = ()
     config: tuple[str, ...] = ()
     any_metrics: bool = False  # accept any metric name (e.g. per-class evaluation metrics)
+    any_config: bool = False   # accept any config entry (server requests carrying a method's options)
+    required_metrics: tuple[str, ...] = ()  # metrics that must be present (the aggregation reads them)
+    counts: tuple[str, ...] = COUNT_METRICS  # metrics that are counts: integers >= 0 (bounded by limits)
 
     def array_names(self) -> set[str]:
         return {a.name for a in self.arrays}
@@ -119,9 +135,30 @@ _DTYPE_CHECK = {
 }
 
 
+def bind_request(request: Message, schema: Schema) -> dict[str, int]:
+    """The symbolic sizes the request's arrays give the symbols of ``schema`` (e.g. {"T": 12, "J": 40})."""
+    sizes: dict[str, int] = {}
+    for spec in schema.arrays:
+        arr = request.arrays.get(spec.name)
+        if arr is None or spec.shape is None or np.ndim(arr) != len(spec.shape):
+            continue
+        for want, got in zip(spec.shape, np.shape(arr)):
+            if isinstance(want, str):
+                sizes.setdefault(want, int(got))
+    return sizes
+
+
 def validate(message: Message, schema: Schema, expected_kind: str | None = None,
-             expected_round: int | None = None) -> None:
-    """Check ``message`` against ``schema``; raise :class:`InvalidMessageError` on the first problem."""
+             expected_round: int | None = None, *, request: Message | None = None,
+             bound: Mapping[str, int] | None = None, limits: Mapping[str, float] | None = None) -> None:
+    """Check ``message`` against ``schema``; raise :class:`InvalidMessageError` on the first problem.
+
+    For a reply: ``request`` is the message it answers (for ``ArraySpec.like``), ``bound`` the symbolic
+    sizes the request fixed (:func:`bind_request`), ``limits`` upper bounds of count metrics from the
+    server's state.
+    """
+    if not isinstance(message, Message):
+        raise InvalidMessageError("?", "message", f"expected a Message, got {type(message).__name__}")
     s, k, r = message.sender, message.kind, message.round
 
     def fail(name: str, reason: str) -> None:
@@ -136,7 +173,7 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
         if name not in declared:
             fail(name, f"undeclared array (schema allows {sorted(declared)})")
     for name in message.config:
-        if name not in schema.config:
+        if not schema.any_config and name not in schema.config:
             fail(name, f"undeclared config entry (schema allows {sorted(schema.config)})")
     if not schema.any_metrics:
         for name in message.metrics:
@@ -147,11 +184,23 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
             fail(name, f"metric must be int or float, got {type(value).__name__}")
         if isinstance(value, float) and not np.isfinite(value):
             fail(name, f"metric is not finite ({value})")
+    for name in schema.required_metrics:
+        if name not in message.metrics:
+            fail(name, "missing required metric")
+    for name in schema.counts:
+        if name not in message.metrics:
+            continue
+        value = message.metrics[name]
+        if value < 0 or value != int(value):
+            fail(name, f"a count must be an integer >= 0, got {value}")
+        top = (limits or {}).get(name)
+        if top is not None and value > top:
+            fail(name, f"count {value} exceeds the server's bound {top:g}")
 
     for spec in schema.arrays:
         if spec.required and spec.name not in message.arrays:
             fail(spec.name, "missing required array")
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = dict(bound or {})
     for spec in schema.arrays:
         if spec.name not in message.arrays:
             continue
@@ -168,11 +217,21 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
                     fail(spec.name, f"dim {dim} is {got}, expected {want}")
                 if isinstance(want, str):
                     if sizes.setdefault(want, got) != got:
-                        fail(spec.name, f"dim {dim} ({want}) is {got}, but another field has {want}={sizes[want]}")
+                        source = "the request" if bound and want in bound else "another field"
+                        fail(spec.name, f"dim {dim} ({want}) is {got}, but {source} has {want}={sizes[want]}")
+        if spec.like is not None:
+            ref = None if request is None else request.arrays.get(spec.like)
+            if ref is not None and tuple(arr.shape) != tuple(np.shape(ref)):
+                fail(spec.name, f"shape {tuple(arr.shape)} differs from the request's {spec.like!r} "
+                                f"{tuple(np.shape(ref))}")
         if spec.dtype == "float" and arr.size and not np.all(np.isfinite(arr)):
             fail(spec.name, f"{int((~np.isfinite(arr)).sum())} non-finite values (NaN/inf)")
-        if spec.kind in ("distribution", "counts") and arr.size and np.any(arr < 0):
+        if spec.kind in ("distribution", "counts", "ids") and arr.size and np.any(arr < 0):
             fail(spec.name, f"negative entries (min {arr.min():.3g})")
+        if spec.high is not None and arr.size:
+            high = spec.high if isinstance(spec.high, int) else sizes.get(spec.high)
+            if high is not None and np.any(arr >= high):
+                fail(spec.name, f"value {arr.max()} out of range (must be < {high})")
         if spec.kind == "distribution" and arr.size:
             _check_distribution(spec, arr, message, fail)
 
@@ -205,8 +264,21 @@ def to_numpy_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
 
 
 def weights_schema(names: Sequence[str], extra_metrics: Sequence[str] = ()) -> Schema:
-    """Schema of a model-weights reply (FedAvg and friends): one float array per parameter."""
+    """Schema of a model-weights reply (FedAvg and friends): one float array per parameter.
+
+    Each reply array must have the shape of the request's array of the same name (the global weights sent).
+    """
     return Schema(
-        arrays=tuple(ArraySpec(n, "weights") for n in names),
+        arrays=tuple(ArraySpec(n, "weights", like=n) for n in names),
         metrics=("num_examples", *extra_metrics),
+        required_metrics=("num_examples", *extra_metrics),
     )
+
+
+def weights_request_schema(weights: Mapping[str, np.ndarray]) -> Schema:
+    """Schema of a request carrying model weights (any subset of ``weights``, each of the server's shape).
+
+    Any config entry is allowed (a method's training options travel there).
+    """
+    return Schema(arrays=tuple(ArraySpec(k, "weights", shape=tuple(np.shape(v)), required=False)
+                               for k, v in weights.items()), any_config=True)

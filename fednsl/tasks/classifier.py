@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.tasks.blobs import ClientData
 from fednsl.common.torch_utils import get_weights, set_weights
 
@@ -18,6 +18,7 @@ class TorchClassifierClient(Client):
         self.cid, self.data, self.model = cid, data, model
         self.loss_fn = nn.CrossEntropyLoss()
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         gen = torch.Generator().manual_seed(int(msg.config["seed"]))
@@ -39,6 +40,7 @@ class TorchClassifierClient(Client):
         return msg.reply(self.cid, arrays=get_weights(self.model),
                          metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         self.model.eval()

@@ -28,4 +28,6 @@ def build_fedavg(config: RunConfig) -> Federation:
     clients = {cid: TorchClassifierClient(cid, d, mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=0))
                for cid, d in parts.items()}
     summary = {"clients": len(clients), "train_examples": int(sum(len(d.y_train) for d in parts.values()))}
-    return Federation(FedAvgStrategy(init, cfg), clients, summary)
+    strategy = FedAvgStrategy(init, cfg)
+    strategy.example_limits = {cid: max(len(d.y_train), len(d.y_test)) for cid, d in parts.items()}
+    return Federation(strategy, clients, summary)

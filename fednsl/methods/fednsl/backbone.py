@@ -37,7 +37,7 @@ from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, Stage, handles
 from fednsl.federation.runner import Federation, InProcessRunner
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
 from kg.backbones.text_features import DocFeatures, doc_features, embed_strings, resolve_text
@@ -141,8 +141,8 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
     class BackboneStrategy(FedAvgStrategy):
         """FedAvg with a train stage only (no evaluation stage: the backbone is evaluated inside FedNSL)."""
 
-        def stages(self, rnd: int) -> Sequence[str]:
-            return ("train",)
+        def declare_stages(self) -> tuple[Stage, ...]:
+            return tuple(st for st in super().declare_stages() if st.name == "train")
 
     class BackboneClient(Client):
         """Local Adam epochs on the client's training pairs; replies weights + example count only."""
@@ -151,6 +151,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
             self.cid, self.data = cid, pairs
             self.model = model_factory()
 
+        @handles("train")
         def train(self, msg: Message) -> Message:
             set_weights(self.model, msg.arrays)
             gen = torch.Generator().manual_seed(int(msg.config["seed"]))

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
 from fednsl.common.torch_utils import torch_threads
+from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
 from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions, rules_from_message, scorer_options_from
@@ -136,6 +136,7 @@ class FedNSLClient(Client):
         with torch_threads(self.num_threads):
             return super().handle(message)
 
+    @handles("train.stats")
     def train_stats(self, msg: Message) -> Message:
         t0 = time.perf_counter()
         L = int(msg.config.get("max_body_len", self.max_body_len))
@@ -232,6 +233,7 @@ class FedNSLClient(Client):
         return fitted, transfer, built, timing
 
     # -- training round (Eq. 2, 8–11) -------------------------------------------------------------------------
+    @handles("train")
     def train(self, msg: Message) -> Message:
         rules = rules_from_message(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
@@ -283,6 +285,7 @@ class FedNSLClient(Client):
                 out[int(d)][h, t, r] = True
         return out
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         t_start = time.perf_counter()
         rules = rules_from_message(msg.arrays)

@@ -36,8 +36,8 @@ from fednsl.federation.records import ArraySpec, ConfigValue, Schema
 from fednsl.methods.fednsl.posterior import KLDirection, PriorSource, prior_distribution
 
 __all__ = ["RULE_ARRAYS", "STATS_SCHEMA", "TRAIN_SCHEMA", "EVAL_SCHEMA", "EVAL_METRICS", "LOGIC_ARRAYS",
-           "TRAIN_METRICS", "STATS_METRICS", "SCORER_KEYS", "RuleSet", "ScorerOptions", "rules_from_message",
-           "rules_to_arrays", "scorer_config", "scorer_options_from"]
+           "RULES_REQUEST_SCHEMA", "TRAIN_METRICS", "STATS_METRICS", "SCORER_KEYS", "RuleSet", "ScorerOptions",
+           "rules_from_message", "rules_to_arrays", "scorer_config", "scorer_options_from", "stats_schema"]
 
 RULE_ARRAYS = ("triples", "bodies", "log_prior", "counts", "mask")
 
@@ -134,6 +134,25 @@ STATS_SCHEMA = Schema(
     metrics=STATS_METRICS,
 )
 
+
+
+def stats_schema(num_relations: int, num_types: int, max_body_len: int) -> Schema:
+    """:data:`STATS_SCHEMA` bound to the server's vocabulary: relation tokens < 2R (2R = padding), type and
+    relation ids of triples below max(R, types) (each column is checked again on aggregation), bodies of
+    exactly ``max_body_len`` tokens."""
+    top = max(num_relations, num_types, 1)
+    return Schema(
+        arrays=(
+            ArraySpec("triples", "ids", "int", ("K", 3), high=top),
+            ArraySpec("bodies", "ids", "int", ("K", "B", max_body_len), high=2 * num_relations + 1),
+            ArraySpec("probs", "distribution", "float", ("K", "B"), mask="mask"),
+            ArraySpec("mask", "mask", "bool", ("K", "B")),
+            ArraySpec("instances", "counts", "int", ("K",)),
+        ),
+        metrics=STATS_METRICS,
+    )
+
+
 TRAIN_METRICS = ("num_examples", "positives", "train_loss", "bce", "kl", "triples_fitted", "triples_local",
                  "facts_unknown_triple", "empty_documents", "time_grounding_s", "time_fit_s", "time_posterior_s",
                  "grounded_cells", "cached_bodies")
@@ -144,6 +163,18 @@ TRAIN_SCHEMA = Schema(
         ArraySpec("instances", "counts", "int", ("T",)),
     ),
     metrics=TRAIN_METRICS,
+)
+
+# server → client: the round's rule set; T triples and J bodies per triple bind the train reply's sizes
+RULES_REQUEST_SCHEMA = Schema(
+    arrays=(
+        ArraySpec("triples", "ids", "int", ("T", 3)),
+        ArraySpec("bodies", "ids", "int", ("T", "J", None)),
+        ArraySpec("log_prior", "scores", "float", ("T", "J")),
+        ArraySpec("counts", "counts", "int", ("T", "J")),
+        ArraySpec("mask", "mask", "bool", ("T", "J")),
+    ),
+    any_config=True,
 )
 
 _PRF = ("f1", "precision", "recall", "ign_f1", "tp", "n_pred", "n_gold", "tp_in_train")

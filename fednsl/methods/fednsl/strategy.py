@@ -31,18 +31,18 @@ import torch
 
 from kg.seeding import derive_seed
 from fednsl.federation.records import Message, Schema
-from fednsl.federation.roles import Metrics, Strategy
-from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.common.torch_utils import torch_threads
+from fednsl.federation.roles import Metrics, Stage, Strategy
+from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
 from fednsl.methods.fednsl.messages import (
     EVAL_SCHEMA,
-    STATS_SCHEMA,
+    RULES_REQUEST_SCHEMA,
     TRAIN_SCHEMA,
     RuleSet,
-    rules_from_message,
     rules_to_arrays,
     scorer_config,
+    stats_schema,
 )
 from fednsl.methods.fednsl.posterior import normalise_rows
 from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sample_rules, train_generator
@@ -108,16 +108,19 @@ class FedNSLStrategy(Strategy):
         self.last_gen_loss: float | None = None
 
     # -- stages ----------------------------------------------------------------------------------------------
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("train.stats", self.configure_train_stats, self.aggregate_train_stats,
+                      reply=lambda: stats_schema(self.R, len(self.types), self.cfg.max_body_len),
+                      request=Schema(config=("max_body_len",)), essential=True),
+                Stage("train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA,
+                      request=RULES_REQUEST_SCHEMA),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=EVAL_SCHEMA,
+                      request=RULES_REQUEST_SCHEMA))
+
     def stages(self, rnd: int) -> Sequence[str]:
         if not self.initialised:
             return ("train.stats", "train", "evaluate")
         return ("train", "evaluate")
-
-    def reply_schema(self, stage: str) -> Schema:
-        schemas = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
-        if stage not in schemas:
-            return super().reply_schema(stage)
-        return schemas[stage]
 
     # -- round 0: co-occurrence statistics ------------------------------------------------------------------
     def configure_train_stats(self, rnd: int, clients: Sequence[str]) -> Message:

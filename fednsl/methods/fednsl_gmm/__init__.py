@@ -22,6 +22,6 @@ def build_fednsl_gmm(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedNSLGMMConfig, config.method_kwargs, "method_kwargs (fednsl-gmm)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (fednsl-gmm)")
     parts = make_numeric_federation(data_cfg, config.seed)
-    clients = {cid: FedNSLGMMClient(cid, d, cfg.hidden, data_cfg.classes, seed=config.seed)
+    clients = {cid: FedNSLGMMClient(cid, d, cfg.hidden, data_cfg.classes, seed=config.seed, em_steps=cfg.em_steps)
                for cid, d in parts.items()}
     return Federation(FedNSLGMMStrategy(cfg, data_cfg), clients, client_data_summary(parts))

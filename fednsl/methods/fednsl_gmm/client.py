@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from fednsl.federation.records import Message
 from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.roles import handles
+from fednsl.methods.fednsl_gmm.config import em_stage_names
 from fednsl.methods.fednsl_gmm.gmm import GMM, log_responsibilities, sufficient_stats
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData
@@ -48,10 +50,20 @@ def kl_to_prior(logits: torch.Tensor, log_prior: torch.Tensor, direction: str = 
 
 
 class FedNSLGMMClient(NumericClient):
-    def __init__(self, cid: str, data: NumericClientData, hidden: int, classes: int, seed: int):
+    def __init__(self, cid: str, data: NumericClientData, hidden: int, classes: int, seed: int, em_steps: int = 1):
         super().__init__(cid, data)
         self.model = mlp(data.x_train.shape[1], hidden, classes, seed=seed)
+        self.em_stages = em_stage_names(em_steps)
 
+    def handled_stages(self) -> tuple[str, ...]:
+        return (*super().handled_stages(), *self.em_stages)
+
+    def handle(self, message: Message) -> Message:
+        if message.kind in self.em_stages:  # the round's EM steps, all served by em()
+            return self.em(message)
+        return super().handle(message)
+
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         gmm = GMM.from_arrays(msg.arrays)
@@ -100,10 +112,6 @@ class FedNSLGMMClient(NumericClient):
             metrics["loglik"] = ll
         return msg.reply(self.cid, arrays={"resp_sum": n, "resp_x": s, "resp_xx": ss}, metrics=metrics)
 
-    def handle(self, message: Message) -> Message:
-        if message.kind == "em" or message.kind.startswith("em."):
-            return self.em(message)
-        return super().handle(message)
 
     def deployed(self, msg: Message) -> Predictor:
         self.model.eval()

@@ -35,3 +35,8 @@ class FedNSLGMMConfig:
         if self.em_steps < 1 or self.kl_weight < 0 or not 0 < self.resp_floor < 1:
             raise ValueError(f"{where}: need em_steps >= 1, kl_weight >= 0, 0 < resp_floor < 1; got "
                              f"{self.em_steps}, {self.kl_weight}, {self.resp_floor}")
+
+
+def em_stage_names(em_steps: int) -> tuple[str, ...]:
+    """The stages of one round's federated EM: ``em`` for one step, else ``em.1`` … ``em.E``."""
+    return ("em",) if em_steps == 1 else tuple(f"em.{i + 1}" for i in range(em_steps))

@@ -15,15 +15,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics, Strategy
-from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig
+from fednsl.federation.roles import Metrics, Stage, Strategy
+from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig, em_stage_names
 from fednsl.methods.fednsl_gmm.gmm import GMM, init_from_posteriors, m_step
 from fednsl.tasks.numeric.client import eval_schema, mean_over_clients
 from fednsl.tasks.numeric.data import NumericDataConfig
 
 
-def is_em(stage: str) -> bool:
-    return stage == "em" or stage.startswith("em.")
+TRAIN_SCHEMA = Schema(metrics=("num_examples", "train_loss", "train_kl"),
+                      required_metrics=("num_examples", "train_loss", "train_kl"))
 
 
 class FedNSLGMMStrategy(Strategy):
@@ -33,25 +33,41 @@ class FedNSLGMMStrategy(Strategy):
         self.gmm: GMM | None = None
         self._ll: float | None = None
 
-    def stages(self, rnd: int) -> Sequence[str]:
-        em = ("em",) if self.cfg.em_steps == 1 else tuple(f"em.{i + 1}" for i in range(self.cfg.em_steps))
-        return ("train", *em, "evaluate")
+    def em_stages(self) -> tuple[str, ...]:
+        return em_stage_names(self.cfg.em_steps)
+
+    def declare_stages(self) -> tuple[Stage, ...]:
+        """train, then ``em_steps`` EM stages (``em`` or ``em.1``…), then evaluate."""
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA,
+                      request=self.gmm_request_schema),
+                *(Stage(name, self._configure_em(name), self.aggregate_em, reply=self.em_reply_schema,
+                        request=self.gmm_request_schema) for name in self.em_stages()),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate,
+                      reply=lambda: eval_schema(self.data_cfg), request=Schema()))
 
     def _gmm_arrays(self) -> dict[str, np.ndarray]:
         return self.gmm.arrays() if self.gmm is not None else {}
 
-    # -- dispatch the em.* stages to one pair of methods ---------------------------------------------
-    def configure(self, stage: str, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
-        if is_em(stage):
-            msg = Message(stage, rnd, arrays=self._gmm_arrays(),
-                          config={"estep": "init" if self.gmm is None else self.cfg.estep})
-            return {c: msg for c in clients}
-        return super().configure(stage, rnd, clients)
+    def gmm_request_schema(self) -> Schema:
+        """The global GMM (absent before the first EM step): K components in D dimensions."""
+        k, d = self.k, self.d
+        return Schema(arrays=(ArraySpec("gmm_weights", "distribution", shape=(k,), required=False),
+                              ArraySpec("gmm_means", "scores", shape=(k, d), required=False),
+                              ArraySpec("gmm_covariances", "scores", shape=(k, d, d), required=False)),
+                      any_config=True)
 
-    def aggregate(self, stage: str, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
-        if is_em(stage):
-            return self.aggregate_em(rnd, replies, failures)
-        return super().aggregate(stage, rnd, replies, failures)
+    def em_reply_schema(self) -> Schema:
+        k, d = self.k, self.d
+        return Schema(arrays=(ArraySpec("resp_sum", "counts", shape=(k,)),
+                              ArraySpec("resp_x", "scores", shape=(k, d)),
+                              ArraySpec("resp_xx", "scores", shape=(k, d, d))),
+                      metrics=("num_examples", "loglik"), required_metrics=("num_examples",))
+
+    def _configure_em(self, stage: str):
+        def configure(rnd: int, clients: Sequence[str]) -> Message:
+            return Message(stage, rnd, arrays=self._gmm_arrays(),
+                           config={"estep": "init" if self.gmm is None else self.cfg.estep})
+        return configure
 
     # -- stages ------------------------------------------------------------------------------------------
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
@@ -83,19 +99,6 @@ class FedNSLGMMStrategy(Strategy):
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return mean_over_clients(replies)
-
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            return Schema(metrics=("num_examples", "train_loss", "train_kl"))
-        if is_em(stage):
-            k, d = self.k, self.d
-            return Schema(arrays=(ArraySpec("resp_sum", "counts", shape=(k,)),
-                                  ArraySpec("resp_x", "scores", shape=(k, d)),
-                                  ArraySpec("resp_xx", "scores", shape=(k, d, d))),
-                          metrics=("num_examples", "loglik"))
-        if stage == "evaluate":
-            return eval_schema(self.data_cfg)
-        return super().reply_schema(stage)
 
     def state_dict(self) -> dict[str, Any]:
         return {"gmm": None if self.gmm is None else {k: v.copy() for k, v in self.gmm.arrays().items()}}

@@ -25,6 +25,7 @@ from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.properties import property_loss
 from fednsl.tasks.timeseries.training import predict, sgd_epochs
+from fednsl.federation.roles import handles
 
 
 def shared_sample(n: int, fraction: float, seed: int) -> np.ndarray:
@@ -38,6 +39,7 @@ class FedSTLClient(ForecastClient):
         super().__init__(*args, **kwargs)
         self.local: dict[str, np.ndarray] | None = None  # θ_i after the latest local update
 
+    @handles("share")
     def share(self, msg: Message) -> Message:
         idx = shared_sample(self.num_examples, float(msg.config["shared_fraction"]), int(msg.config["seed"]))
         return msg.reply(self.cid, arrays={"x_s": self.data.x_train[idx], "y_s": self.data.y_train[idx],
@@ -58,6 +60,7 @@ class FedSTLClient(ForecastClient):
         if head is not None:
             set_weights(self.model, head)
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         self._load_cluster(msg.arrays)
@@ -73,6 +76,7 @@ class FedSTLClient(ForecastClient):
         """L_p(φ_i) of the loaded model on the training inputs."""
         return float(property_loss(predict(self.model, self.x), self.prop, kind))
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         cluster = self._clone()
         set_weights(cluster, msg.arrays)

@@ -31,8 +31,8 @@ import torch
 
 from kg.seeding import derive_seed
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema, weights_request_schema
+from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.fedstl.cluster_id import cluster_id
 from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.tasks.timeseries.federated import TSStrategy
@@ -216,15 +216,20 @@ class FedSTLStrategy(TSStrategy):
             out[c] = Message("evaluate", rnd, arrays=self.models[j], config={"split": self.cfg.eval_split, "cluster": j})
         return out
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "share":
-            return Schema(arrays=(ArraySpec("x_s", "scores", "float", ("S", self.net.input_len)),
-                                  ArraySpec("y_s", "scores", "float", ("S", self.horizon)),
-                                  ArraySpec("property", "scores", "float", (len(self.template.params),))),
-                          metrics=("num_examples", "num_shared"))
-        if stage == "train":
-            return weights_schema(self.shared_keys, extra_metrics=("train_loss", "lp_before"))
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        request = lambda: weights_request_schema(self.models[0])  # noqa: E731
+        return (Stage("share", self.configure_share, self.aggregate_share, reply=self.share_reply_schema,
+                      request=Schema(config=("shared_fraction",))),
+                Stage("train", self.configure_train, self.aggregate_train,
+                      reply=lambda: weights_schema(self.shared_keys, extra_metrics=("train_loss", "lp_before")),
+                      request=request),
+                self.evaluate_stage(request))
+
+    def share_reply_schema(self) -> Schema:
+        return Schema(arrays=(ArraySpec("x_s", "scores", "float", ("S", self.net.input_len)),
+                              ArraySpec("y_s", "scores", "float", ("S", self.horizon)),
+                              ArraySpec("property", "scores", "float", (len(self.template.params),))),
+                      metrics=("num_examples", "num_shared"))
 
     # -- state ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.methods.kifl.combine import knowledge_injected, nll, resolve_conflicts
 from fednsl.methods.kifl.config import KIFLConfig
@@ -128,6 +128,7 @@ class KIFLClient(Client):
         return total / max(seen, 1)
 
     # -- stages --------------------------------------------------------------------------------------
+    @handles("train")
     def train(self, msg: Message) -> Message:
         start = msg.arrays if self.cfg.federated else (self.local_weights or self.initial)
         set_weights(self.model, dict(start))
@@ -139,6 +140,7 @@ class KIFLClient(Client):
         self.local_weights = get_weights(self.model)
         return msg.reply(self.cid, metrics={"num_examples": n})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         counts = self.test_counts(msg.arrays if self.cfg.federated else (self.local_weights or self.initial),
                                   seed=int(msg.config["seed"]))

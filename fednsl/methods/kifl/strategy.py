@@ -15,7 +15,7 @@ import numpy as np
 
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.roles import Metrics, Stage
 from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.methods.kifl.config import KIFLConfig
 
@@ -66,12 +66,17 @@ class KIFLStrategy(FedAvgStrategy):
             lines.append(f"{cid}\t{int(m['num_examples'])}\t{m['correct'] / n:.4f}\t{m['violations'] / n:.4f}")
         (Path(run_dir) / "clients.tsv").write_text("\n".join(lines) + "\n")
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            if not self.cfg.federated:
-                return Schema(metrics=("num_examples",))
-            return Schema(arrays=tuple(ArraySpec(k, "weights", shape=s) for k, s in self.shapes.items()),
-                          metrics=("num_examples",))
-        if stage == "evaluate":
-            return Schema(metrics=EVAL_COUNTS)
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        request = Schema(arrays=tuple(ArraySpec(k, "weights", shape=s, required=False) for k, s in self.shapes.items()),
+                         any_config=True)
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
+                      request=request),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate,
+                      reply=Schema(metrics=EVAL_COUNTS, required_metrics=EVAL_COUNTS, counts=EVAL_COUNTS),
+                      request=request))
+
+    def train_reply_schema(self) -> Schema:
+        if not self.cfg.federated:
+            return Schema(metrics=("num_examples",), required_metrics=("num_examples",))
+        return Schema(arrays=tuple(ArraySpec(k, "weights", shape=s) for k, s in self.shapes.items()),
+                      metrics=("num_examples",), required_metrics=("num_examples",))

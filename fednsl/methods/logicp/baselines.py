@@ -29,7 +29,7 @@ from torch.func import functional_call
 
 from fednsl.config import RunConfig
 from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.roles import Metrics, Stage, handles
 from fednsl.federation.runner import Federation
 from fednsl.methods.logicp.calibration import SCALE_MODES
 from fednsl.methods.logicp.data import logicp_setup
@@ -105,6 +105,15 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         self.init_conformal()
         self._trained: list[str] = []
 
+    def declare_stages(self) -> tuple[Stage, ...]:
+        train = Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema)
+        return (train, *self.conformal_stages(), self.evaluate_stage(extra_metrics=CONFORMAL_METRICS))
+
+    def train_reply_schema(self) -> Schema:
+        base = super().train_reply_schema()
+        return Schema(arrays=(*base.arrays, ArraySpec("n_cal", "counts", "int", (1,))), metrics=base.metrics,
+                      required_metrics=base.required_metrics)
+
     def stages(self, rnd: int) -> Sequence[str]:
         cal = ("calibrate.scale", "calibrate") if self.cfg.scale_mode == "cluster" else ("calibrate",)
         return ("train", *cal, "evaluate")
@@ -130,16 +139,6 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         return {c: Message("evaluate", rnd, arrays={**base.arrays, **self.region(c)}, config=base.config)
                 for c in clients}
 
-    def reply_schema(self, stage: str) -> Schema:
-        cp = self.conformal_schema(stage)
-        if cp is not None:
-            return cp
-        base = super().reply_schema(stage)
-        if stage == "train":
-            return Schema(arrays=(*base.arrays, ArraySpec("n_cal", "counts", "int", (1,))), metrics=base.metrics)
-        if stage == "evaluate":
-            return Schema(metrics=(*base.metrics, *CONFORMAL_METRICS))
-        return base
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "conformal": self.conformal_state()}
@@ -225,6 +224,7 @@ class TSFedBayesClient(ForecastClient):
             for k in BAYES:
                 self.v[k].copy_(torch.from_numpy(np.asarray(arrays[f"bayes.{k}"])))
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         self._load(msg.arrays)
@@ -273,6 +273,7 @@ class TSFedBayesClient(ForecastClient):
                                  f"{self.last}.bias": self.q["mu.bias"].detach().numpy()})
         return self.model
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         model = self.deployed(msg.arrays)
         return msg.reply(self.cid, metrics=self.evaluation(model, msg.config.get("split")))

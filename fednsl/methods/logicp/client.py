@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.methods.logicp.correction import conflicts, correct
 from fednsl.methods.logicp.federated_cp import ConformalClient, prefixed
 from fednsl.methods.logicp.losses import LossWeights, logicp_loss, mse_loss, stl_loss
@@ -72,6 +73,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
                                            cp_kind=cp_kind, prop=self.prop)
 
     # -- stages -------------------------------------------------------------------------------------
+    @handles("pretrain")
     def pretrain(self, msg: Message) -> Message:
         """Alg. 1 lines 5–9: θ^p → local MSE epochs on D^pre (Eq. 7)."""
         set_weights(self.model, msg.arrays)
@@ -80,6 +82,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
                           **sgd_kwargs(msg.config))
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         """Alg. 1 lines 19–20: local epochs on the private training windows with Eq. 19."""
         self._load_push(msg)
@@ -89,6 +92,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
                           objective=self.logicp_objective(msg.config, qhat), **sgd_kwargs(msg.config))
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
+    @handles("cluster.train")
     def cluster_train(self, msg: Message) -> Message:
         """Alg. 1 lines 28–30, federated: the cluster model on this client's D^pub with Eq. 19."""
         weights = prefixed(msg.arrays, "cluster.")
@@ -108,6 +112,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
             return float(stl_loss(pred, self.prop.lower, self.prop.upper, "l1"))
         return float(stl_loss(pred, kind="violation", prop=self.prop))
 
+    @handles("cluster")
     def cluster(self, msg: Message) -> Message:
         """Alg. 1 lines 31 and 33: load the pushed encoder, then score the candidate cluster models."""
         self._load_push(msg)
@@ -128,6 +133,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
         return msg.reply(self.cid, arrays={"scores": scores.astype(np.float64),
                                            "n_cal": np.array([len(self.parts["cal"])], dtype=np.int64)})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         """Client row, cluster row ("s_"), corrected rows ("t_": CP priority, "tstl_": STL priority) and
         the conformal metrics of the cluster's region on the evaluation split."""

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.roles import Metrics, Stage, handles
 from fednsl.methods.logicp.calibration import (
     client_quantile,
     client_scale,
@@ -98,6 +98,7 @@ class ConformalClient:
         x, y = self.part(part)
         return (y - predict(model, x)).numpy().astype(np.float64)
 
+    @handles("calibrate.scale")
     def calibrate_scale(self, msg: Message) -> Message:
         """Eq. 15 on D^nor: σ_i (H,)."""
         if msg.config.get("skip"):
@@ -105,6 +106,7 @@ class ConformalClient:
         sigma = client_scale(self.residuals(self.calibration_model(msg), "nor"))
         return msg.reply(self.cid, arrays={"sigma": sigma})  # type: ignore[attr-defined]
 
+    @handles("calibrate")
     def calibrate(self, msg: Message) -> Message:
         """Eq. 16–17 on ``n_use`` windows of D^cal drawn at random: the local quantile vector (H,)."""
         c = msg.config
@@ -238,12 +240,13 @@ class ClusterConformal:
         self._calib = {}
         return out
 
-    def conformal_schema(self, stage: str) -> Schema | None:
-        if stage == "calibrate.scale":
-            return Schema(arrays=(ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False),))
-        if stage == "calibrate":
-            return Schema(arrays=(ArraySpec("quantiles", "quantiles", "float", (self.horizon,), required=False),))
-        return None
+    def conformal_stages(self) -> tuple[Stage, ...]:
+        """``calibrate.scale`` (Eq. 15: σ_i, H values) and ``calibrate`` (Eq. 16–17: the local quantiles)."""
+        return (Stage("calibrate.scale", self.configure_calibrate_scale, self.aggregate_calibrate_scale,
+                      reply=Schema(arrays=(ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False),))),
+                Stage("calibrate", self.configure_calibrate, self.aggregate_calibrate,
+                      reply=Schema(arrays=(ArraySpec("quantiles", "quantiles", "float", (self.horizon,),
+                                                     required=False),))))
 
     def conformal_state(self) -> dict[str, Any]:
         return {"assign": dict(self.assign), "n_cal": dict(self.n_cal), "qhat": self.qhat.copy(),

@@ -42,8 +42,8 @@ import torch
 
 from kg.seeding import derive_rng, derive_seed
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
+from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.logicp.config import LogiCPConfig
 from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, with_prefix
 from fednsl.methods.logicp.losses import logicp_loss
@@ -329,24 +329,23 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return Message("evaluate", self.rounds, arrays=arrays, config={"split": split or self.cfg.eval_split, "seed": 0})
 
     # -- schemas, state, outputs ----------------------------------------------------------------------
-    def reply_schema(self, stage: str) -> Schema:
-        names = list(self.global_w)
-        weights = tuple(ArraySpec(n, "weights") for n in names)
-        if stage in ("pretrain", "train"):
-            return Schema(arrays=weights, metrics=("num_examples", "train_loss"))
-        if stage == "cluster.train":
-            return Schema(arrays=tuple(ArraySpec(n, "weights", required=False) for n in names),
-                          metrics=("num_examples", "train_loss"))
-        if stage == "cluster":
-            return Schema(arrays=(ArraySpec("scores", "scores", "float", (None,)),
-                                  ArraySpec("n_cal", "counts", "int", (1,))))
-        cp = self.conformal_schema(stage)
-        if cp is not None:
-            return cp
-        if stage == "evaluate":
-            base = super().reply_schema(stage)
-            return Schema(metrics=(*base.metrics, *EVAL_EXTRA))
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("pretrain", self.configure_pretrain, self.aggregate_pretrain, reply=self.weights_reply_schema,
+                      request=lambda: weights_request_schema(self.global_w)),
+                Stage("train", self.configure_train, self.aggregate_train, reply=self.weights_reply_schema),
+                Stage("cluster.train", self.configure_cluster_train, self.aggregate_cluster_train,
+                      reply=lambda: self.weights_reply_schema(required=False)),
+                Stage("cluster", self.configure_cluster, self.aggregate_cluster,
+                      reply=Schema(arrays=(ArraySpec("scores", "scores", "float", (None,)),
+                                           ArraySpec("n_cal", "counts", "int", (1,))))),
+                *self.conformal_stages(),
+                self.evaluate_stage(extra_metrics=EVAL_EXTRA))
+
+    def weights_reply_schema(self, required: bool = True) -> Schema:
+        """A client's copy of the global model: every array of the server's shape."""
+        return Schema(arrays=tuple(ArraySpec(n, "weights", shape=tuple(np.shape(v)), required=required)
+                                   for n, v in self.global_w.items()),
+                      metrics=("num_examples", "train_loss"), required_metrics=("num_examples", "train_loss"))
 
     def state_dict(self) -> dict[str, Any]:
         return {"global": _copy(self.global_w),

@@ -14,6 +14,7 @@ import torch
 
 from fednsl.federation.records import Message
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.roles import handles
 from fednsl.methods.lrxfl.explain import explain_class
 from fednsl.methods.lrxfl.len import len_loss, len_outputs, make_len
 from fednsl.methods.lrxfl.logic import ConceptSpace, cell_index
@@ -31,6 +32,7 @@ class LRXFLClient(NumericClient):
         self.concept_temperature = concept_temperature
         self.model = make_len(space.size, n_classes, hidden, temperature, seed=0)
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

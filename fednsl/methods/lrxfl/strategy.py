@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema
-from fednsl.federation.roles import Metrics, Strategy
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
+from fednsl.federation.roles import Metrics, Stage, Strategy
 from fednsl.methods.lrxfl.config import LRXFLConfig
 from fednsl.methods.lrxfl.logic import ConceptSpace, f1_macro_from_counts, join, to_dnf
 from fednsl.tasks.numeric.client import eval_schema, mean_over_clients
@@ -133,19 +133,23 @@ class LRXFLStrategy(Strategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return mean_over_clients(replies)
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            k, cells = self.k, self.space.cells
-            return Schema(arrays=tuple(ArraySpec(n, "weights") for n in self.weights) + (
-                ArraySpec("rule_table", "mask", dtype="bool", shape=(k, cells)),
-                ArraySpec("rule_valid", "mask", dtype="bool", shape=(k,)),
-                ArraySpec("rule_acc", "scores", shape=(k,)),
-                ArraySpec("rule_or", "mask", dtype="bool", shape=(k,)),
-                ArraySpec("cell_counts", "counts", shape=(cells, k))),
-                metrics=("num_examples", "train_loss", "model_acc"))
-        if stage == "evaluate":
-            return eval_schema(self.data_cfg)
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        request = lambda: weights_request_schema(self.weights)  # noqa: E731
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
+                      request=request),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate,
+                      reply=lambda: eval_schema(self.data_cfg), request=request))
+
+    def train_reply_schema(self) -> Schema:
+        k, cells = self.k, self.space.cells
+        return Schema(arrays=tuple(ArraySpec(n, "weights", like=n) for n in self.weights) + (
+            ArraySpec("rule_table", "mask", dtype="bool", shape=(k, cells)),
+            ArraySpec("rule_valid", "mask", dtype="bool", shape=(k,)),
+            ArraySpec("rule_acc", "scores", shape=(k,)),
+            ArraySpec("rule_or", "mask", dtype="bool", shape=(k,)),
+            ArraySpec("cell_counts", "counts", shape=(cells, k))),
+            metrics=("num_examples", "train_loss", "model_acc"),
+            required_metrics=("num_examples", "train_loss", "model_acc"))
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": {k: v.copy() for k, v in self.weights.items()},

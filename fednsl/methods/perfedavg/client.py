@@ -23,6 +23,7 @@ from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData
+from fednsl.federation.roles import handles
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -70,6 +71,7 @@ class PerFedAvgClient(NumericClient):
         idx = stream.next()
         return self.x[idx], self.y[idx]
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

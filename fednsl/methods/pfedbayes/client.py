@@ -22,6 +22,7 @@ from fednsl.federation.records import Message
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor
 from fednsl.tasks.numeric.data import NumericClientData
 from fednsl.common import bnn
+from fednsl.federation.roles import handles
 
 
 def personal_loss(logits: torch.Tensor, y: torch.Tensor, mus, rhos, mus_v, rhos_v, zeta: float,
@@ -57,6 +58,7 @@ class PFedBayesClient(NumericClient):
                 self.mus_v[i].copy_(torch.from_numpy(np.asarray(arrays[f"mu.{n}"])))
                 self.rhos_v[i].copy_(torch.from_numpy(np.asarray(arrays[f"rho.{n}"])))
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         self._load_global(msg.arrays)

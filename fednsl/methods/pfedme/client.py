@@ -18,6 +18,7 @@ from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData
+from fednsl.federation.roles import handles
 from fednsl.methods.pfedme.update import moreau_inner_step, moreau_outer_step
 
 
@@ -54,6 +55,7 @@ class PFedMeClient(NumericClient):
         self.model = mlp(data.x_train.shape[1], hidden, classes, seed=0)
         self.personal: dict | None = None   # θ_i as named numpy arrays
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)

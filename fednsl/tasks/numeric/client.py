@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import Message, Schema
-from fednsl.federation.roles import Client, Metrics
+from fednsl.federation.roles import Client, Metrics, handles
 from fednsl.tasks.numeric.data import NumericClientData, NumericDataConfig, level_name
 
 Predictor = Callable[[torch.Tensor], torch.Tensor]  # x (n, D) float32 → class probabilities (n, K)
@@ -74,6 +74,7 @@ class NumericClient(Client):
         """The client's model as used for prediction after this round (probabilities)."""
         raise NotImplementedError
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         predict = self.deployed(msg)
         with torch.no_grad():

@@ -43,7 +43,5 @@ class NumericWeightsStrategy(FedAvgStrategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return mean_over_clients(replies)
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "evaluate":
-            return eval_schema(self.data_cfg)
-        return super().reply_schema(stage)
+    def evaluate_reply_schema(self) -> Schema:
+        return eval_schema(self.data_cfg)

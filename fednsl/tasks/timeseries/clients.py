@@ -14,6 +14,7 @@ from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.training import sgd_epochs
+from fednsl.federation.roles import handles
 
 
 def unpack_models(arrays: Mapping[str, np.ndarray], k: int) -> list[dict[str, np.ndarray]]:
@@ -32,6 +33,7 @@ def pack_models(models: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 class TSFedAvgClient(ForecastClient):
     """FedAvg / FedProx: E local epochs from the global model (plus μ/2‖w − w_g‖² when ``mu`` > 0)."""
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         mu = float(msg.config.get("mu", 0.0))
@@ -42,6 +44,7 @@ class TSFedAvgClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
@@ -54,6 +57,7 @@ class TSFedRepClient(ForecastClient):
         super().__init__(*args, **kwargs)
         self.head = get_weights(self.model, self.model.head_keys())
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         set_weights(self.model, self.head)
@@ -68,6 +72,7 @@ class TSFedRepClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         set_weights(self.model, self.head)
@@ -88,6 +93,7 @@ class TSDittoClient(ForecastClient):
         super().__init__(*args, **kwargs)
         self.personal: dict[str, np.ndarray] | None = None
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         gen = self.seed_generator(msg)
@@ -108,6 +114,7 @@ class TSDittoClient(ForecastClient):
         return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, self.personal if self.personal is not None else msg.arrays)
         return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
@@ -138,6 +145,7 @@ class TSIFCAClient(ForecastClient):
             nets.append(net)
         return ifca_select(nets, x, y), models
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         j, models = self._select(msg)
         set_weights(self.model, models[j])
@@ -147,6 +155,7 @@ class TSIFCAClient(ForecastClient):
                                            "cluster": np.array([j], dtype=np.int64)},
                          metrics={"num_examples": self.num_examples, "train_loss": loss})
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         j, models = self._select(msg)
         cluster = _clone_arch(self.model)

@@ -29,7 +29,7 @@ from torch import nn
 from kg.seeding import derive_seed
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message, Schema
-from fednsl.federation.roles import Client, Metrics, Strategy
+from fednsl.federation.roles import Client, Metrics, Stage, Strategy
 from fednsl.registry import build_kwargs
 from fednsl.tasks.timeseries.baselines import NAIVE
 from fednsl.tasks.timeseries.data import PERIOD, ClientSeries, TSData, TSDataConfig, load_timeseries
@@ -218,10 +218,10 @@ class TSStrategy(Strategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return weighted_metric_means(replies.values(), skip=("num_examples", "cluster"))
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "evaluate":
-            return EVAL_SCHEMA
-        return super().reply_schema(stage)
+    def evaluate_stage(self, request: Schema | None = None, extra_metrics: Sequence[str] = ()) -> Stage:
+        """The evaluate stage every forecasting method shares (metrics only leave the clients)."""
+        reply = Schema(metrics=(*EVAL_SCHEMA.metrics, *extra_metrics)) if extra_metrics else EVAL_SCHEMA
+        return Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=reply, request=request)
 
 
 def weighted_metric_means(replies: Sequence[Message] | Any, skip: Sequence[str] = ("num_examples",)) -> Metrics:

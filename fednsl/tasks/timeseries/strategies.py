@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema
-from fednsl.federation.roles import Metrics
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema, weights_request_schema
+from fednsl.federation.roles import Metrics, Stage
 from fednsl.tasks.timeseries.clients import pack_models
 from fednsl.tasks.timeseries.federated import TSStrategy, TSTrainConfig
 
@@ -51,10 +51,12 @@ class TSAverageStrategy(TSStrategy):
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
         return Message("evaluate", rnd, arrays=self.weights, config={"split": self.cfg.eval_split})
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            return weights_schema(list(self.weights), extra_metrics=("train_loss",))
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        request = lambda: weights_request_schema(self.weights)  # noqa: E731
+        return (Stage("train", self.configure_train, self.aggregate_train,
+                      reply=lambda: weights_schema(list(self.weights), extra_metrics=("train_loss",)),
+                      request=request),
+                self.evaluate_stage(request))
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": _copy(self.weights)}
@@ -101,11 +103,16 @@ class TSIFCAStrategy(TSStrategy):
         return Message("evaluate", rnd, arrays=pack_models(self.models),
                        config={"split": self.cfg.eval_split, **self._config()})
 
-    def reply_schema(self, stage: str) -> Schema:
-        if stage == "train":
-            base = weights_schema(list(self.models[0]), extra_metrics=("train_loss",))
-            return Schema(arrays=(*base.arrays, ArraySpec("cluster", "ids", "int", (1,))), metrics=base.metrics)
-        return super().reply_schema(stage)
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema),
+                self.evaluate_stage())
+
+    def train_reply_schema(self) -> Schema:
+        """One model of the server's shapes, and which of the K clusters it belongs to."""
+        base = weights_schema(list(self.models[0]), extra_metrics=("train_loss",))
+        arrays = tuple(ArraySpec(k, "weights", shape=tuple(v.shape)) for k, v in self.models[0].items())
+        return Schema(arrays=(*arrays, ArraySpec("cluster", "ids", "int", (1,), high=len(self.models))),
+                      metrics=base.metrics, required_metrics=base.required_metrics)
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": [_copy(m) for m in self.models], "sizes": self.sizes.copy()}

@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ from fednsl.config import RunConfig  # noqa: E402
 from fednsl.engines.flower import GridOptions, GridRunner  # noqa: E402
 from fednsl.engines.flower_client import FednslClientApp, build_method  # noqa: E402
 from fednsl.federation.records import ArraySpec, Message, Schema  # noqa: E402
-from fednsl.federation.roles import Client, Strategy  # noqa: E402
+from fednsl.federation.roles import Client, Stage, Strategy  # noqa: E402
 from fednsl.federation.runner import Federation, InProcessRunner  # noqa: E402
 from tests.fednsl.engines.flower_helpers import LoopbackGrid, ObjectSource, strip  # noqa: E402
 
@@ -44,6 +44,9 @@ class CountingClient(Client):
     def __init__(self, cid: str, picklable: bool = True):
         self.cid, self.count = cid, 0
         self.lock = None if picklable else threading.Lock()  # a lock cannot be pickled
+
+    def handled_stages(self) -> tuple[str, ...]:
+        return OddStages.NAMES
 
     def handle(self, msg: Message) -> Message:
         self.count += 1
@@ -65,22 +68,20 @@ class CountingClient(Client):
 
 class OddStages(Strategy):
     SCHEMA = Schema(arrays=(ArraySpec("x", "weights", shape=(3,)),), metrics=("count", "num_examples"))
+    NAMES = ("share", "em.1", "train.stats", "evaluate")
 
     def __init__(self):
         self.w = np.zeros(3)
 
-    def stages(self, rnd: int) -> Sequence[str]:
-        return ("share", "em.1", "train.stats", "evaluate")
+    def declare_stages(self) -> tuple[Stage, ...]:
+        def configure(stage: str):
+            return lambda rnd, clients: {c: Message(stage, rnd, arrays={"w": self.w},
+                                                    config={"note": None, "k": [1, [2]]}) for c in clients}
+        return tuple(Stage(name, configure(name), self._aggregate, reply=self.SCHEMA) for name in self.NAMES)
 
-    def configure(self, stage: str, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
-        return {c: Message(stage, rnd, arrays={"w": self.w}, config={"note": None, "k": [1, [2]]}) for c in clients}
-
-    def aggregate(self, stage, rnd, replies, failures):
+    def _aggregate(self, rnd, replies, failures):
         self.w = np.mean([r.arrays["x"] for r in replies.values()], axis=0)
         return {"w0": float(self.w[0])}
-
-    def reply_schema(self, stage: str) -> Schema:
-        return self.SCHEMA
 
     def state_dict(self):
         return {"w": self.w.copy()}
@@ -143,6 +144,9 @@ def test_fedavg_equals_inprocess(tmp_path):
 class FailsFromRound(Client):
     def __init__(self, inner: Client, rnd: int):
         self.cid, self.inner, self.rnd = inner.cid, inner, rnd
+
+    def handled_stages(self) -> tuple[str, ...]:
+        return self.inner.handled_stages()
 
     def handle(self, msg: Message) -> Message:
         if msg.round >= self.rnd:

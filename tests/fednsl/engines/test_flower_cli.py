@@ -24,7 +24,7 @@ def test_app_writes_a_flower_app_with_the_resolved_config(tmp_path):
     doc = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
     app = doc["tool"]["flwr"]["app"]
     assert app["components"] == {"serverapp": "fednsl.engines.flower:server_app",
-                                 "clientapp": "fednsl.engines.flower:client_app"}
+                                 "clientapp": "fednsl.engines.flower_client:client_app"}
     cfg = config_from_text(app["config"]["fednsl-config"])
     assert (cfg.method, cfg.rounds, cfg.engine) == ("fedavg", 3, "flower")
     assert app["config"]["run-dir"] == str((tmp_path / "run").resolve())
@@ -68,3 +68,62 @@ def test_train_engine_flower_starts_and_stops_a_local_federation(tmp_path, monke
     logs = tmp_path / "fl" / "flower" / "local" / "logs"
     assert sorted(p.name for p in logs.iterdir()) == ["superlink.log", "supernode-0.log", "supernode-1.log"]
     assert (tmp_path / "fl" / "plots").is_dir()
+
+
+# -- secure by default: superlink / supernode wrappers ------------------------------------------------------
+@pytest.fixture
+def launched(monkeypatch):
+    """The argv `fednsl flower superlink/supernode` would exec (the exec itself is replaced)."""
+    import fednsl.cli.flower as flower_cli
+
+    got: list[list[str]] = []
+    monkeypatch.setattr(flower_cli, "_exec", lambda argv: got.append(argv))
+    return got
+
+
+@pytest.fixture
+def certs(tmp_path):
+    res = CliRunner().invoke(cli, ["flower", "certs", str(tmp_path / "c"), "--supernodes", "1"])
+    assert res.exit_code == 0, res.output
+    return tmp_path / "c"
+
+
+def test_superlink_is_tls_with_node_auth_by_default(launched, certs):
+    tls = ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile", str(certs / "server.pem"),
+           "--ssl-keyfile", str(certs / "server.key")]
+    res = CliRunner().invoke(cli, ["flower", "superlink", "--host", "0.0.0.0", *tls])
+    assert res.exit_code == 0, res.output
+    argv = launched[-1]
+    assert "--enable-supernode-auth" in argv and "--insecure" not in argv and "--ssl-certfile" in argv
+    res = CliRunner().invoke(cli, ["flower", "superlink", "--host", "0.0.0.0"])  # no certificates: refused
+    assert res.exit_code == 2 and "needs TLS" in res.output and len(launched) == 1
+    res = CliRunner().invoke(cli, ["flower", "superlink", *tls, "--no-supernode-auth"])
+    assert res.exit_code == 0 and "--enable-supernode-auth" not in launched[-1]
+    assert "SuperNode authentication is off" in res.output
+
+
+def test_superlink_insecure_only_on_loopback_with_a_warning(launched):
+    res = CliRunner().invoke(cli, ["flower", "superlink", "--host", "0.0.0.0", "--insecure"])
+    assert res.exit_code == 2 and "refused for the non-loopback address '0.0.0.0'" in res.output
+    res = CliRunner().invoke(cli, ["flower", "superlink", "--host", "10.1.2.3", "--insecure"])
+    assert res.exit_code == 2 and not launched
+    res = CliRunner().invoke(cli, ["flower", "superlink", "--insecure"])  # 127.0.0.1 by default
+    assert res.exit_code == 0 and "--insecure" in launched[-1]
+    assert "warning: the SuperLink runs with --insecure" in res.output
+
+
+def test_supernode_needs_certificates_and_a_key_unless_insecure_on_loopback(launched, certs):
+    base = ["flower", "supernode", "--partition-id", "0", "--num-partitions", "2"]
+    res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092"])
+    assert res.exit_code == 2 and "--root-certificates" in res.output
+    res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--root-certificates", str(certs / "ca.crt")])
+    assert res.exit_code == 2 and "--auth-key" in res.output
+    res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--root-certificates", str(certs / "ca.crt"),
+                                   "--auth-key", str(certs / "supernode-0")])
+    assert res.exit_code == 0, res.output
+    assert "--auth-supernode-private-key" in launched[-1] and "--insecure" not in launched[-1]
+    res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--insecure"])
+    assert res.exit_code == 2 and "non-loopback address '10.0.0.5'" in res.output
+    res = CliRunner().invoke(cli, [*base, "--superlink", "127.0.0.1:9092", "--insecure"])
+    assert res.exit_code == 0 and "--insecure" in launched[-1] and "warning" in res.output
+    assert len(launched) == 2

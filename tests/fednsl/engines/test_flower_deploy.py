@@ -24,9 +24,9 @@ pytest.importorskip("flwr")
 pytestmark = pytest.mark.flower
 
 from fednsl.config import RunConfig, load_config  # noqa: E402
-from fednsl.engines.flower_deploy import (  # noqa: E402
-    LocalFederation, ManagedProcess, flower_bin, free_port, make_node_keys, make_tls,
-)
+from fednsl.engines.flower_local import LocalFederation  # noqa: E402
+from fednsl.engines.flower_procs import ManagedProcess, flower_bin, free_port  # noqa: E402
+from fednsl.engines.flower_tls import make_node_keys, make_tls  # noqa: E402
 from fednsl.pipeline import build_federation, train  # noqa: E402
 from tests.fednsl.engines.flower_helpers import strip_times  # noqa: E402
 from tests.fednsl.engines.test_flower import FailsFromRound, model_rows  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.federation.tracking import Checkpoints
 from fednsl.pipeline import build_federation, train
 
@@ -32,20 +32,21 @@ class Raising(Client):
     def __init__(self, cid):
         self.cid = cid
 
+    @handles("train", "evaluate")
     def train(self, msg):
         raise RuntimeError("disk full")
-
-    evaluate = train
 
 
 class Hanging(Client):
     def __init__(self, inner: Client, seconds: float):
         self.cid, self.inner, self.seconds = inner.cid, inner, seconds
 
+    @handles("train")
     def train(self, msg):
         time.sleep(self.seconds)
         return self.inner.train(msg)
 
+    @handles("evaluate")
     def evaluate(self, msg):
         return self.inner.evaluate(msg)
 
@@ -54,12 +55,14 @@ class NaNSender(Client):
     def __init__(self, inner: Client):
         self.cid, self.inner = inner.cid, inner
 
+    @handles("train")
     def train(self, msg):
         reply = self.inner.train(msg)
         first = next(iter(reply.arrays))
         reply.arrays[first] = np.full_like(reply.arrays[first], np.nan)
         return reply
 
+    @handles("evaluate")
     def evaluate(self, msg):
         return self.inner.evaluate(msg)
 

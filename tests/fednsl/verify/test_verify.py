@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from fednsl.cli.verify import command as verify_cli
 from fednsl.config import RunConfig
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.pipeline import build_federation, train
 from fednsl.verify import Centralised, Decentralised, explore, replay
 from fednsl.verify.promela import run_spin, spin_available
@@ -95,10 +95,9 @@ class Crashed(Client):
     def __init__(self, cid: str):
         self.cid = cid
 
+    @handles("train", "evaluate")
     def train(self, msg):
         time.sleep(3600)
-
-    evaluate = train
 
 
 class Stale(Client):
@@ -107,6 +106,7 @@ class Stale(Client):
     def __init__(self, inner: Client):
         self.cid, self.inner, self.first = inner.cid, inner, None
 
+    @handles("train")
     def train(self, msg):
         reply = self.inner.train(msg)
         if self.first is None:
@@ -114,6 +114,7 @@ class Stale(Client):
             return reply
         return self.first
 
+    @handles("evaluate")
     def evaluate(self, msg):
         return self.inner.evaluate(msg)
 

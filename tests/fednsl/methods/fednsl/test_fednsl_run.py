@@ -12,7 +12,7 @@ import torch
 
 from fednsl.config import RunConfig, load_config
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.client import FedNSLClient
 from fednsl.methods.fednsl.messages import rules_from_message
 from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
@@ -107,12 +107,15 @@ class Corrupting(Client):
     def __init__(self, inner: FedNSLClient, how: str):
         self.inner, self.cid, self.how = inner, inner.cid, how
 
+    @handles("train.stats")
     def train_stats(self, msg):
         return self.inner.handle(msg)
 
+    @handles("evaluate")
     def evaluate(self, msg):
         return self.inner.handle(msg)
 
+    @handles("train")
     def train(self, msg):
         reply = self.inner.handle(msg)
         post = reply.arrays["posterior"].copy()

@@ -1,0 +1,288 @@
+"""The one round loop: rounds, resume, checkpoints, sampling, seeding and validation over a transport.
+
+Every engine is a :class:`~fednsl.federation.transport.Transport` under this loop: the in-process engine
+(threads), the decentralised engine (threads, peer topology) and the Flower engines (a ``Grid``). Per round the
+loop asks the strategy for the round's stages and runs each through a *topology*:
+
+- :class:`Central` (default): one server. Per stage: sample clients (seeded by (seed, round, stage), so a
+  resumed run samples the same ones), ``configure`` one message each, add the client's seed, dispatch them
+  through the transport, validate the replies against the stage's reply schema bound to the request that was
+  sent, feed the sans-IO :mod:`~fednsl.federation.protocol` and ``aggregate`` once the exchange completes.
+  A client that raises, times out, or sends an invalid reply is dropped from that exchange (logged); the
+  stage completes if the quorum replied.
+- ``fednsl.federation.decentralised.Peer``: every client is also a server (PTB-FLA's generic algorithm).
+
+After every round the server state and the transport's client states are checkpointed; ``resume`` continues
+bit-exactly from the newest readable checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from fednsl.config import RunConfig
+from kg.seeding import derive_rng, derive_seed
+from fednsl.federation import protocol
+from fednsl.federation.records import InvalidMessageError, Message
+from fednsl.federation.roles import Client, Metrics, Strategy
+from fednsl.federation.tracking import Checkpoints, MetricsLog
+from fednsl.federation.transport import Delivery, Transport
+
+log = logging.getLogger("fednsl.runner")
+
+MessageHook = Callable[[str, str, Message], None]  # (direction "down"|"up", client id, message)
+
+
+class QuorumLostError(RuntimeError):
+    pass
+
+
+@dataclass
+class Federation:
+    """What a method builder returns: one strategy, its clients, and a data summary."""
+
+    strategy: Strategy
+    clients: dict[str, Client]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    rounds_done: int
+    rows: list[dict[str, Any]]
+    federation: Federation
+
+    def last(self, metric: str, scope: str = "server") -> float | None:
+        vals = [r[metric] for r in self.rows if r["scope"] == scope and metric in r]
+        return vals[-1] if vals else None
+
+
+def client_seed(seed: int, rnd: int, stage: str, index: int) -> int:
+    """Seed a client's work in (round, stage) deterministically, independent of arrival order."""
+    return derive_seed(seed, rnd, stage, index)
+
+
+def sample_clients(ids: Sequence[str], fraction: float, min_clients: int, seed: int, rnd: int,
+                   stage: str) -> tuple[str, ...]:
+    """Seeded partial participation: ``max(min_clients, ceil(fraction·K))`` clients, sorted."""
+    k = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
+    if k == len(ids):
+        return tuple(ids)
+    rng = derive_rng(seed, rnd, stage)
+    pick = rng.choice(len(ids), size=k, replace=False)
+    return tuple(ids[i] for i in sorted(pick))
+
+
+class Topology(ABC):
+    """Who configures and aggregates: one server (:class:`Central`) or every node (``Peer``)."""
+
+    loop: RoundLoop
+
+    def bind(self, loop: RoundLoop) -> None:
+        self.loop = loop
+
+    @abstractmethod
+    def run_round(self, rnd: int, stages: Sequence[str]) -> None:
+        """Run the stages of round ``rnd``, logging their metrics."""
+
+    @abstractmethod
+    def server(self) -> Strategy:
+        """The strategy whose ``evaluate``/``finalize`` speak for the run."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Server-side state for a checkpoint (merged into the checkpoint's top level)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class RoundLoop:
+    """Runs ``config.rounds`` rounds of a federation over ``transport`` (module docstring)."""
+
+    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, transport: Transport, *,
+                 topology: Topology | None = None, resume: bool = False, progress: bool = True,
+                 message_hook: MessageHook | None = None, label: str = ""):
+        self.fed = federation
+        self.cfg = config
+        self.run_dir = Path(run_dir)
+        self.transport = transport
+        self.topology = topology if topology is not None else Central()
+        self.topology.bind(self)
+        self.resume = resume
+        self.progress = progress
+        self.hook = message_hook
+        self.label = label
+        self.metrics = MetricsLog(self.run_dir)
+        self.ckpts = Checkpoints(self.run_dir, config.federation.keep_checkpoints)
+        self.ids = sorted(federation.clients)
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        if self.cfg.federation.min_clients > len(self.ids):
+            raise ValueError(f"federation.min_clients={self.cfg.federation.min_clients} is larger than the "
+                             f"{len(self.ids)} clients of this federation: no stage could ever aggregate")
+        self.fed.strategy.check_clients(self.fed.clients)  # every stage has a handler on every client
+        self.transport.start(self.ids, self.cfg.federation.min_clients)
+        try:
+            start = self._resume() + 1
+            rounds = self.cfg.rounds
+            bar = tqdm(range(start, rounds + 1), desc=f"{self.cfg.method} rounds{self.label}",
+                       disable=not self.progress, initial=start - 1, total=rounds, unit="round")
+            for rnd in bar:
+                t0 = time.perf_counter()
+                self.topology.run_round(rnd, self.stages(rnd))
+                server = {**self.topology.server().evaluate(rnd), "round_time_s": time.perf_counter() - t0}
+                self.metrics.log(rnd, "server", "round", server)
+                self.ckpts.save(rnd, self._snapshot(rnd))
+                bar.set_postfix({k: f"{v:.4g}" for k, v in list(server.items())[:3]})
+        finally:
+            self.transport.close()
+        self.fed.strategy = self.topology.server()
+        self.fed.strategy.finalize(self.run_dir)
+        return RunResult(self.run_dir, self.cfg.rounds, self.metrics.rows(), self.fed)
+
+    def stages(self, rnd: int) -> list[str]:
+        """The round's declared stages; ``evaluate`` only every ``evaluate_every`` rounds and at the last."""
+        every, last = self.cfg.federation.evaluate_every, self.cfg.rounds
+        return [s for s in self.topology.server().round_stages(rnd)
+                if s != "evaluate" or rnd % every == 0 or rnd == last]
+
+    # -- what every topology uses ----------------------------------------------------------------------------
+    def seeded(self, cid: str, msg: Message, rnd: int, stage: str, sender: str | None = None) -> Message:
+        """The message as ``cid`` receives it: with its seed for (round, stage) and, optionally, a sender."""
+        config = {**msg.config, "seed": client_seed(self.cfg.seed, rnd, stage, self.ids.index(cid))}
+        return replace(msg, config=config, sender=msg.sender if sender is None else sender)
+
+    def send(self, rnd: int, stage: str, outgoing: Mapping[str, Message]) -> Any:
+        """Dispatch ``outgoing`` (already seeded) through the transport; yield deliveries."""
+        if self.hook:
+            for cid, msg in outgoing.items():
+                self.hook("down", cid, msg)
+        for delivery in self.transport.dispatch(rnd, stage, outgoing, self.cfg.federation.client_timeout_s):
+            if delivery.reply is not None and self.hook:
+                self.hook("up", delivery.client, delivery.reply)
+            yield delivery
+
+    def check(self, strategy: Strategy, stage: str, rnd: int, request: Message, delivery: Delivery) -> str | None:
+        """None if the delivery is a valid reply to ``request``, else why it is not (names client and field)."""
+        cid, reply = delivery.client, delivery.reply
+        if reply is None:
+            return delivery.error or "no reply"
+        try:
+            if reply.sender != cid:
+                raise InvalidMessageError(cid, "sender", f"reply claims to be from {reply.sender!r}")
+            strategy.check_reply(stage, request, reply, expected_round=rnd)
+        except InvalidMessageError as exc:
+            return str(exc)
+        return None
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def _resume(self) -> int:
+        if not self.resume:
+            return 0
+        found = self.ckpts.latest()
+        if found is None:
+            return 0
+        rnd, state = found
+        self.topology.load_state_dict(state)
+        self.transport.load_client_states(state.get("clients", {}))
+        self.metrics.truncate_after(rnd)
+        log.info("resumed from round %d", rnd)
+        return rnd
+
+    def _snapshot(self, rnd: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"round": rnd, **self.topology.state_dict(),
+                               "clients": self.transport.client_states(), "config": self.cfg.to_dict()}
+        if self.transport.checkpoint_tag:
+            out["engine"] = self.transport.checkpoint_tag
+        return out
+
+
+class Central(Topology):
+    """One server strategy; each stage is one exchange of the sans-IO protocol."""
+
+    def server(self) -> Strategy:
+        return self.loop.fed.strategy
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"strategy": self.loop.fed.strategy.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.loop.fed.strategy.load_state_dict(state["strategy"])
+
+    def run_round(self, rnd: int, stages: Sequence[str]) -> None:
+        strat = self.loop.fed.strategy
+        for i, stage in enumerate(stages):
+            xlog = self.exchange(rnd, stage)
+            if xlog.aborted is not None and strat.stage(stage).essential and i + 1 < len(stages):
+                log.warning("round %d: %s lost its quorum; skipping %s this round", rnd, stage, list(stages[i + 1:]))
+                return
+
+    def exchange(self, rnd: int, stage: str) -> protocol.ExchangeLog:
+        loop = self.loop
+        fcfg, strat = loop.cfg.federation, loop.fed.strategy
+        available = loop.transport.available(loop.ids)
+        chosen = strat.sample_clients(stage, rnd, available)
+        sampled = tuple(sorted(chosen)) if chosen is not None else sample_clients(
+            available, fcfg.fraction, fcfg.min_clients, loop.cfg.seed, rnd, stage)
+        min_replies = min(fcfg.min_clients, max(1, len(sampled))) if chosen is not None else fcfg.min_clients
+        state, actions = protocol.start(rnd, stage, sampled, min_replies)
+        xlog = protocol.ExchangeLog(rnd, stage, sampled)
+        replies: dict[str, Message] = {}
+        t0 = time.perf_counter()
+        bytes_down = bytes_up = 0
+        if state.status == "waiting":
+            outgoing = strat.configure(stage, rnd, sampled)
+            bytes_down = sum(outgoing[c].nbytes() for c in sampled)
+            seeded = {c: loop.seeded(c, outgoing[c], rnd, stage) for c in sampled}
+            for delivery in loop.send(rnd, stage, seeded):
+                cid = delivery.client
+                if delivery.reply is not None:
+                    bytes_up += delivery.reply.nbytes()
+                why = loop.check(strat, stage, rnd, outgoing[cid], delivery)
+                if why is None:
+                    replies[cid] = delivery.reply  # type: ignore[assignment]
+                    event: protocol.Event = protocol.Reply(cid, rnd, stage)
+                else:
+                    event = protocol.Failure(cid, rnd, stage, why)
+                state, acts = protocol.step(state, event)
+                actions += acts
+        for act in actions:
+            if isinstance(act, protocol.Drop):
+                xlog.dropped[act.client] = act.reason
+                log.warning("round %d %s: dropped %s: %s", rnd, stage, act.client, act.reason)
+            elif isinstance(act, protocol.Discard):
+                xlog.discarded[act.client] = act.reason
+            elif isinstance(act, protocol.Abort):
+                xlog.aborted = act.reason
+        metrics: Metrics = {}
+        if state.status == "complete":
+            xlog.accepted = tuple(sorted(state.accepted))
+            ordered = {c: replies[c] for c in xlog.accepted}
+            for cid, msg in ordered.items():
+                loop.metrics.log(rnd, f"client:{cid}", stage, msg.metrics)
+            metrics = strat.aggregate(stage, rnd, ordered, dict(xlog.dropped))
+        else:
+            log.warning("round %d %s: quorum lost: %s", rnd, stage, xlog.aborted)
+            strat.on_abort(stage, rnd, xlog.aborted or "")
+            if fcfg.on_quorum_loss == "abort":
+                raise QuorumLostError(f"round {rnd} {stage}: {xlog.aborted}")
+        metrics.update({
+            f"{stage}.replies": len(xlog.accepted), f"{stage}.dropped": len(xlog.dropped),
+            f"{stage}.aborted": int(xlog.aborted is not None), f"{stage}.time_s": time.perf_counter() - t0,
+            f"{stage}.bytes_down": bytes_down, f"{stage}.bytes_up": bytes_up,
+        })
+        loop.metrics.log(rnd, "server", stage, metrics)
+        return xlog
