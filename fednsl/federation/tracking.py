@@ -148,7 +148,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     """Load one checkpoint without unpickling code (``weights_only=True``); CheckpointError if unusable."""
     try:
         state = decode(torch.load(path, map_location="cpu", weights_only=True))
-    except Exception as exc:  # noqa: BLE001 - torn file, foreign pickle, not a zip: all mean "unreadable"
+    except Exception as exc:  # torn file, foreign pickle, not a zip: all mean "unreadable"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(f"{path.name}: unreadable ({type(exc).__name__}: {first[:160]})") from exc
     m = _CKPT.search(path.name)
