@@ -379,8 +379,11 @@ def parse_logire_json(data: str | Sequence, vocab: RelationVocab, *, source: str
     for i, item in enumerate(items):
         try:
             head, body = item
+            ids = [head, *body]
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise TypeError(f"relation ids must be integers, got {ids!r}")
             rule = Rule(int(head), tuple(int(b) for b in body)).check(vocab)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:
             raise RuleSyntaxError(f"rule #{i}: expected [head, [body ids]] in range: {err}", source=source) from None
         rules.append(rule)
     return rules
