@@ -50,6 +50,9 @@ class FederationConfig:
         for name in ("parallelism", "evaluate_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"federation.{name} must be >= 1, got {getattr(self, name)}")
+        from fednsl.federation.faults import parse_faults
+
+        parse_faults(self.faults)  # a bad faults section is rejected when the config is read
         if not 0 < self.fraction <= 1:
             raise ValueError(f"federation.fraction must be in (0, 1], got {self.fraction}")
         if self.min_clients < 1:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from fednsl.config import RunConfig, dump_config
 from fednsl.federation.decentralised import DecentralisedRunner
+from fednsl.federation.faults import inject_faults
 from fednsl.federation.resume import prepare_resume
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
 from fednsl.plots import plot_run
@@ -86,6 +87,7 @@ def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = Fa
     try:
         t0 = time.perf_counter()
         fed = federation if federation is not None else build_federation(config)
+        fed = inject_faults(fed, config.federation.faults)  # no-op unless federation.faults is set
         if config.federation.min_clients > len(fed.clients):
             raise ValueError(f"federation.min_clients={config.federation.min_clients} exceeds the "
                              f"{len(fed.clients)} clients of this data: no stage could reach its quorum")

@@ -43,6 +43,11 @@ def set_aside(run_dir: Path, why: str) -> Path | None:
 
 
 def _config_diff(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """Top-level keys that differ, ignoring ``rounds`` and the injected ``federation.faults`` (a test harness)."""
+    def plain(c: Mapping[str, Any]) -> dict[str, Any]:
+        fed = c.get("federation")
+        return {**c, "federation": {k: v for k, v in fed.items() if k != "faults"}} if isinstance(fed, dict) else dict(c)
+    saved, now = plain(saved), plain(now)
     return sorted(k for k in set(saved) | set(now) if k != "rounds" and saved.get(k) != now.get(k))
 
 

@@ -111,6 +111,15 @@ class FedNSLStrategy(Strategy):
             return ("train.stats", "train", "evaluate")
         return ("train", "evaluate")
 
+    def sample_clients(self, stage: str, rnd: int, clients: Sequence[str]) -> Sequence[str] | None:
+        """No clients for ``train``/``evaluate`` while there is no rule pool: the stages are skipped as lost
+        quorum (``on_quorum_loss: skip``), and ``train.stats`` runs again next round."""
+        if stage != "train.stats" and not self.initialised:
+            log.warning("round %d %s skipped: no rule pool yet (train.stats lost its quorum); "
+                        "train.stats is retried next round", rnd, stage)
+            return ()
+        return None
+
     def reply_schema(self, stage: str) -> Schema:
         schemas = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
         if stage not in schemas:

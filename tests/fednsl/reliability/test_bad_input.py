@@ -122,7 +122,7 @@ def test_logire_overflow_is_a_rule_error(tmp_path: Path) -> None:
 
 
 def test_verify_spin_without_spin(monkeypatch) -> None:
-    import fednsl.verify.promela as promela
+    from fednsl.verify import promela
 
     monkeypatch.setattr(promela, "spin_available", lambda: False)
     res = invoke("verify", "--spin", "--rounds", "1", "--nodes", "2")
