@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import tarfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -31,17 +32,20 @@ def _one_error_line(output: str) -> str:
 @pytest.mark.parametrize("override, expected", [
     ("rounds=abc", "rounds must be an integer, got 'abc'"),
     ("rounds=2.5", "rounds must be an integer, got 2.5"),
-    ("federation.fraction=abc", "federation.fraction must be a number, got 'abc'"),
+    ("federation.fraction=abc", "fraction must be a number, got 'abc'"),
     ("method_kwargs=5", "method_kwargs must be a mapping"),
     ("federation.client_timeout_s=-1", "federation.client_timeout_s must be a positive number of seconds, got -1"),
     ("federation.min_clients=11", "federation.min_clients=11 exceeds data.num_clients=10"),
     ("federation.parallelism=0", "federation.parallelism must be >= 1"),
     ("federation=7", "federation must be a mapping"),
+    ("federation.faults.kind=boom", "federation.faults.kind must be one of"),
+    ("data.num_clients=abc", "data (fedavg): num_clients must be an integer, got 'abc'"),
+    ("method_kwargs.lr=fast", "lr must be a number, got 'fast'"),
 ])
 def test_config_type_errors_exit_2(tmp_path: Path, override: str, expected: str) -> None:
     res = invoke("train", "fedavg_blobs", "--set", override, "--out", tmp_path / "r", "--quiet")
     assert res.exit_code == 2 and expected in _one_error_line(res.output), res.output
-    assert not (tmp_path / "r").exists()  # rejected when the config is read, before anything is written
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()  # rejected before any round ran
 
 
 def test_min_clients_above_the_built_clients_is_rejected(tmp_path: Path) -> None:
@@ -127,3 +131,34 @@ def test_verify_spin_without_spin(monkeypatch) -> None:
     monkeypatch.setattr(promela, "spin_available", lambda: False)
     res = invoke("verify", "--spin", "--rounds", "1", "--nodes", "2")
     assert res.exit_code == 2 and "--spin: the spin and gcc programs" in _one_error_line(res.output)
+
+
+@dataclass
+class Inner:
+    k: int = 1
+
+
+@dataclass
+class Opts:
+    n: int = 1
+    lr: float = 0.1
+    name: str | None = None
+    sizes: tuple[int, ...] = (1,)
+    extra: dict[str, int] = field(default_factory=dict)
+    inner: Inner = field(default_factory=Inner)
+    flag: bool = False
+    anything: object = None
+
+
+def test_option_dataclasses_are_type_checked() -> None:
+    from fednsl.registry import build_kwargs
+
+    ok = build_kwargs(Opts, {"n": 3, "lr": 1, "name": None, "sizes": [2, 3], "extra": {}, "inner": {"k": 2},
+                             "flag": True, "anything": "x"}, "opts")
+    assert ok.n == 3 and ok.lr == 1
+    for key, value, words in [("n", 2.5, "n must be an integer"), ("n", True, "n must be an integer"),
+                              ("lr", "x", "lr must be a number"), ("name", 3, "name must be a string or null"),
+                              ("sizes", 4, "sizes must be a list"), ("extra", [1], "extra must be a mapping"),
+                              ("inner", 5, "inner must be a mapping"), ("flag", "yes", "flag must be true or false")]:
+        with pytest.raises(ValueError, match=f"opts: {words}"):
+            build_kwargs(Opts, {key: value}, "opts")
