@@ -34,19 +34,8 @@ import torch
 from torch import nn
 
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
-from kg.backbones.memory import (
-    DEFAULT_LIMIT_GB,
-    FLOAT_BYTES,
-    check_documents,
-    rows_per_chunk,
-)
-from kg.backbones.text_features import (
-    PAIR_FEATURES,
-    DocFeatures,
-    doc_features,
-    embed_strings,
-    resolve_text,
-)
+from kg.backbones.memory import DEFAULT_LIMIT_GB, FLOAT_BYTES, check_documents, rows_per_chunk
+from kg.backbones.text_features import PAIR_FEATURES, DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
 from kg.seeding import seeded_global_rng
 from kg.split import query_mask

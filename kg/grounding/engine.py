@@ -16,20 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kg.grounding.checks import (
-    GroundingInputError,
-    check_bodies,
-    check_semiring,
-    check_values,
-    tensor_amax,
-)
-from kg.grounding.kernels import (
-    fill_channels,
-    gather_rows,
-    maxprod_pairs,
-    pick_backend,
-    sumprod_pairs,
-)
+from kg.grounding.checks import GroundingInputError, check_bodies, check_semiring, check_values, tensor_amax
+from kg.grounding.kernels import fill_channels, gather_rows, maxprod_pairs, pick_backend, sumprod_pairs
 from kg.grounding.memory import check_table_memory
 from kg.grounding.plan import BodyPlan, build_plan
 

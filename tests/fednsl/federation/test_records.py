@@ -1,13 +1,7 @@
 import numpy as np
 import pytest
 
-from fednsl.federation.records import (
-    ArraySpec,
-    InvalidMessageError,
-    Message,
-    Schema,
-    validate,
-)
+from fednsl.federation.records import ArraySpec, InvalidMessageError, Message, Schema, validate
 
 SCHEMA = Schema(
     arrays=(
