@@ -18,7 +18,7 @@ Kinds (:data:`KINDS`):
 - ``hang``: the client sleeps ``seconds`` (default 3600) before replying; ``federation.client_timeout_s``
   should drop it.
 - ``crash``: the client's process dies (``os._exit(70)``) where the engine runs clients in other processes;
-  in the engine's own process this is simulated by raising :class:`InjectedCrash` (a ``BaseException``).
+  in the engine's own process this is simulated by raising :class:`InjectedCrash`.
 - ``nan``: the first float array of the reply (by name) is all NaN.
 - ``wrong_shape``: the first array of the reply gets one extra row (a 0-d array becomes 1-d).
 - ``stale_round``: the reply is tagged with the previous round.
@@ -54,8 +54,9 @@ class InjectedFault(RuntimeError):
     """Raised by a client told to fail (kind ``raise``)."""
 
 
-class InjectedCrash(BaseException):
-    """Stands for a crashed client process when the client runs in the engine's own process."""
+class InjectedCrash(RuntimeError):
+    """Stands for a crashed client process when the client runs in the engine's own process (every engine
+    treats a client that raises as failed; this class tells a crash apart from an injected ``raise``)."""
 
 
 @dataclass(frozen=True)

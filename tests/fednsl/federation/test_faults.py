@@ -21,6 +21,7 @@ from fednsl.federation.faults import (
     KINDS,
     FaultyClient,
     InjectedCrash,
+    InjectedFault,
     corrupt,
     parse_faults,
 )
@@ -194,6 +195,15 @@ def test_in_process_crash_is_a_dedicated_exception_and_state_passes_through() ->
     assert client.handle(Message("train", 1)).sender == "c0"
     with pytest.raises(InjectedCrash):
         client.handle(Message("train", 2))
-    assert not isinstance(InjectedCrash("x"), Exception)  # not caught by a client's own `except Exception`
+    assert not isinstance(InjectedCrash("x"), InjectedFault)  # a crash is told apart from an injected raise
     client.load_state_dict({"y": 2})
     assert client.state_dict() == {"x": 1} and inner.loaded == {"y": 2}
+
+
+@pytest.mark.parametrize("kind", ["crash", "raise"])
+def test_decentralised_engine_survives_a_crashing_peer(kind: str, tmp_path: Path) -> None:
+    """The peer-to-peer engine catches client exceptions too: an injected crash drops that peer's reply."""
+    cfg = tiny("fedavg", 2, ["engine=decentralised", f"federation.faults.kind={kind}", "federation.faults.clients=[c2]"])
+    res = train(cfg, tmp_path / "run", progress=False)
+    assert {r["round"] for r in res.rows} == {1, 2} and len(Checkpoints(tmp_path / "run").list()) == 2
+    assert "c2" in (tmp_path / "run" / "run.log").read_text()
