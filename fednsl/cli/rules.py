@@ -304,7 +304,10 @@ def explain(
 
 
 def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> list[ScoredRule]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected a {fmt} rule file") from None
     if fmt == "golden":
         return [ScoredRule(r) for r in parse_rules(text, vocab, source=str(path))]
     if fmt == "anyburl":

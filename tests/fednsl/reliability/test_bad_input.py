@@ -162,3 +162,18 @@ def test_option_dataclasses_are_type_checked() -> None:
                               ("inner", 5, "inner must be a mapping"), ("flag", "yes", "flag must be true or false")]:
         with pytest.raises(ValueError, match=f"opts: {words}"):
             build_kwargs(Opts, {key: value}, "opts")
+
+
+def test_binary_rule_and_relation_files_are_named(tmp_path: Path) -> None:
+    rel = tmp_path / "rel.json"
+    rel.write_text(json.dumps(["a", "b"]))
+    binary = tmp_path / "bin.rules"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    res = invoke("rules", "check", binary, "--relations", rel)
+    assert res.exit_code == 2 and f"{binary}: not UTF-8 text" in _one_error_line(res.output)
+    res = invoke("rules", "check", rel, "--relations", binary)
+    assert res.exit_code == 2 and f"{binary}: not UTF-8 text" in _one_error_line(res.output)
+    torn = tmp_path / "torn.json"
+    torn.write_text("[[0,")
+    res = invoke("rules", "check", torn, "--relations", rel, "--from", "logire")
+    assert res.exit_code == 2 and f"{torn}" in _one_error_line(res.output) and "invalid JSON" in res.output
