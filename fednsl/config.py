@@ -44,8 +44,22 @@ class FederationConfig:
     evaluate_every: int = 1          # run the evaluate stage every k rounds (and at the last)
     keep_checkpoints: int = 2        # newest checkpoints kept in RUN_DIR/checkpoints
     on_quorum_loss: str = "skip"     # "skip" the stage (logged) or "abort" the run
+    faults: dict[str, Any] = field(default_factory=dict)  # injected client faults (fednsl.federation.faults)
 
     def __post_init__(self) -> None:
+        check_types(self, "federation", {"fraction": "number", "min_clients": "int",
+                                         "client_timeout_s": "number|None", "parallelism": "int",
+                                         "evaluate_every": "int", "keep_checkpoints": "int",
+                                         "on_quorum_loss": "str", "faults": "mapping"})
+        if self.client_timeout_s is not None and not self.client_timeout_s > 0:
+            raise ValueError(f"federation.client_timeout_s must be a positive number of seconds, "
+                             f"got {self.client_timeout_s}")
+        for name in ("parallelism", "evaluate_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"federation.{name} must be >= 1, got {getattr(self, name)}")
+        from fednsl.federation.faults import parse_faults
+
+        parse_faults(self.faults)  # a bad faults section is rejected when the config is read
         if not 0 < self.fraction <= 1:
             raise ValueError(f"federation.fraction must be in (0, 1], got {self.fraction}")
         if self.min_clients < 1:
@@ -69,10 +83,17 @@ class RunConfig:
     paper: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_types(self, "config", {"method": "str", "rounds": "int", "seed": "int", "method_kwargs": "mapping",
+                                     "data": "mapping", "engine": "str", "name": "str|None", "paper": "mapping",
+                                     "federation": "mapping|federation"})
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if isinstance(self.federation, Mapping):
             self.federation = build_kwargs(FederationConfig, self.federation, "federation")
+        n = self.data.get("num_clients")
+        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < self.federation.min_clients:
+            raise ValueError(f"federation.min_clients={self.federation.min_clients} exceeds data.num_clients={n}: "
+                             "no stage could ever reach its quorum")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,6 +103,37 @@ class RunConfig:
         if "method" not in raw:
             raise ValueError(f"{where}: missing required key 'method'")
         return build_kwargs(cls, raw, where)
+
+
+_TYPE_WORDS = {"int": "an integer", "number": "a number", "str": "a string", "mapping": "a mapping {key: value}",
+               "None": "null", "federation": "a federation section"}
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "mapping":
+        return isinstance(value, Mapping)
+    if kind == "federation":
+        return isinstance(value, FederationConfig)
+    return value is None
+
+
+def check_types(obj: Any, where: str, kinds: Mapping[str, str]) -> None:
+    """Raise ValueError naming the option and the expected type for the first field of the wrong type.
+
+    ``kinds`` maps a field to "int", "number", "str", "mapping", "None" or alternatives joined by "|".
+    """
+    for name, kind in kinds.items():
+        value = getattr(obj, name)
+        if not any(_is(k, value) for k in kind.split("|")):
+            expected = " or ".join(_TYPE_WORDS[k] for k in kind.split("|"))
+            key = name if where == "config" else f"{where}.{name}"
+            raise ValueError(f"{key} must be {expected}, got {value!r} ({type(value).__name__})")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

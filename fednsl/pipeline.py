@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from fednsl.config import RunConfig, dump_config
 from fednsl.federation.decentralised import DecentralisedRunner
+from fednsl.federation.faults import inject_faults
+from fednsl.federation.resume import prepare_resume
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
 from fednsl.plots import plot_run
 from fednsl.registry import Registry, load_methods, normalize
@@ -56,33 +56,26 @@ def latest_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path | None:
     return cands[-1] if cands else None
 
 
-def _check_resume_config(run_dir: Path, config: RunConfig) -> None:
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    now = config.to_dict()
-    diff = sorted(k for k in set(saved) | set(now) if k != "rounds" and saved.get(k) != now.get(k))
-    if diff:
-        raise ValueError(f"--resume: the config differs from the one saved in {run_dir}/config.yaml in {diff} "
-                         "(only 'rounds' may change on resume)")
-
-
 def build_federation(config: RunConfig) -> Federation:
     return load_methods().get(config.method).build(config)
 
 
 def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = False, progress: bool = True,
-          message_hook: MessageHook | None = None, federation: Federation | None = None) -> RunResult:
+          message_hook: MessageHook | None = None, federation: Federation | None = None,
+          start_over: bool = False) -> RunResult:
     """Run a config to the end (or resume it) and write the run directory.
 
     RUN_DIR holds config.yaml, metrics.jsonl/.csv, checkpoints/, plots/, summary.json, run.log
-    and method outputs (e.g. rules.tsv for rule-learning methods).
+    and method outputs (e.g. rules.tsv for rule-learning methods). With ``resume``, ``start_over``
+    sets unreadable checkpoints and their metrics aside instead of refusing (:mod:`fednsl.federation.resume`).
     """
     if out is None and resume:
         out = latest_run_dir(config)
         if out is None:
             raise FileNotFoundError(f"--resume: no earlier run of {config.name} (seed {config.seed}) under runs/")
     run_dir = Path(out) if out is not None else default_run_dir(config)
-    if resume and (run_dir / "config.yaml").exists():
-        _check_resume_config(run_dir, config)
+    if resume:
+        prepare_resume(run_dir, config, start_over=start_over)
     elif (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +87,10 @@ def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = Fa
     try:
         t0 = time.perf_counter()
         fed = federation if federation is not None else build_federation(config)
+        fed = inject_faults(fed, config.federation.faults)  # no-op unless federation.faults is set
+        if config.federation.min_clients > len(fed.clients):
+            raise ValueError(f"federation.min_clients={config.federation.min_clients} exceeds the "
+                             f"{len(fed.clients)} clients of this data: no stage could reach its quorum")
         engine = get_engine(config.engine)
         runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
         result = runner.run()

@@ -62,6 +62,9 @@ def build_kwargs(cls: type[T], kwargs: Mapping[str, Any] | None, where: str) -> 
     unknown = sorted(set(kwargs) - valid)
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {unknown}; valid: {sorted(valid)}")
+    from fednsl.option_types import check_option_types
+
+    check_option_types(cls, kwargs, where)
     return cls(**kwargs)
 
 

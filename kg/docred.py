@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -87,11 +88,20 @@ def is_docred_source(path: Path) -> bool:
         try:
             with _open(f) as fh:
                 head = fh.read(2048)
+        except (UnicodeDecodeError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise DataError(_unreadable(exc), file=str(f)) from None
         except OSError:
             continue
         if head.lstrip().startswith("[") and ('"vertexSet"' in head or '"title"' in head or head.strip() == "[]"):
             return True
     return False
+
+
+def _unreadable(exc: BaseException) -> str:
+    """What a decoding error means for the user: binary/non-UTF-8 text or a damaged gzip stream."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start}: {exc.reason}); expected a JSON list of documents"
+    return f"corrupt or truncated gzip data ({exc or type(exc).__name__}); expected a JSON list of documents"
 
 
 def _open(path: Path, mode: str = "rt"):
@@ -225,7 +235,9 @@ def read_docred(path: str | Path, *, relations: Vocab | None = None, entity_type
         try:
             with _open(f) as fh:
                 items = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError, EOFError, OSError) as exc:
+        except (UnicodeDecodeError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise DataError(_unreadable(exc), file=str(f)) from None
+        except (json.JSONDecodeError, OSError) as exc:
             raise DataError(f"malformed JSON (no document can be read from this file): {exc}", file=str(f)) from None
         if not isinstance(items, list):
             raise DataError(f"expected a JSON list of documents, got {type(items).__name__}", file=str(f))

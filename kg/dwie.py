@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -139,12 +140,17 @@ def iter_dwie_json(path: str | Path) -> Iterator[tuple[str, Any]]:
         # Read members in archive order (seeking backwards in a gzip stream re-decompresses from the start),
         # then yield them sorted by name so the order does not depend on how the archive was packed.
         raw: list[tuple[str, bytes]] = []
-        with tarfile.open(path, mode="r:*") as tar:
-            for m in tar:
-                if m.isfile() and _DOC_FILE.search(m.name):
-                    fh = tar.extractfile(m)
-                    assert fh is not None
-                    raw.append((f"{path}:{m.name}", fh.read()))
+        try:
+            with tarfile.open(path, mode="r:*") as tar:
+                for m in tar:
+                    if m.isfile() and _DOC_FILE.search(m.name):
+                        fh = tar.extractfile(m)
+                        assert fh is not None
+                        raw.append((f"{path}:{m.name}", fh.read()))
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+            raise DataError(f"truncated or corrupt archive after {len(raw)} documents "
+                            f"({type(exc).__name__}: {exc or 'unexpected end of data'}); expected a complete "
+                            "tar(.gz) of DW_*.json files", file=str(path)) from None
         for name, data in sorted(raw):
             yield name, _parse(data, name)
         return

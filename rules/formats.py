@@ -374,13 +374,19 @@ def format_rnnlogic(rules: Iterable[Rule], vocab: RelationVocab) -> str:
 
 def parse_logire_json(data: str | Sequence, vocab: RelationVocab, *, source: str = "<json>") -> list[Rule]:
     """LogiRE ``[[head, [b1, b2]], ...]`` (inverse = id + R)."""
-    items = json.loads(data) if isinstance(data, str) else data
+    try:
+        items = json.loads(data) if isinstance(data, str) else data
+    except json.JSONDecodeError as exc:
+        raise RuleSyntaxError(f"invalid JSON ({exc}); expected [[head, [body ids]], ...]", source=source) from None
     rules = []
     for i, item in enumerate(items):
         try:
             head, body = item
+            ids = [head, *body]
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise TypeError(f"relation ids must be integers, got {ids!r}")
             rule = Rule(int(head), tuple(int(b) for b in body)).check(vocab)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:
             raise RuleSyntaxError(f"rule #{i}: expected [head, [body ids]] in range: {err}", source=source) from None
         rules.append(rule)
     return rules
@@ -397,9 +403,14 @@ def load_relation_names(path: str | Path, drop: Iterable[str] = ("Na",)) -> Rela
     """A vocabulary from ``rel2id.json`` (DocRED style, ``drop`` removed), a JSON list of names,
     an RNNLogic ``relations.dict`` (``id<TAB>name``) or a text file with one name per line."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected relation names") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc}); expected a name->id mapping or a list of names") from None
     if path.suffix == ".json":
-        data = json.loads(text)
         if isinstance(data, Mapping):
             return RelationVocab.from_rel2id(data, drop)
         if isinstance(data, list) and all(isinstance(n, str) for n in data):

@@ -18,7 +18,9 @@ FORMAT_CHOICE = click.Choice(["auto", "dwie", "docred", "synthetic"])
 
 
 def _fail(exc: Exception) -> click.ClickException:
-    return click.ClickException(str(exc))
+    from fednsl.cli.errors import as_bad_input
+
+    return as_bad_input(exc)
 
 
 def _load(path: str, fmt: str, skip_bad: bool) -> Corpus:

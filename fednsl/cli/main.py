@@ -15,9 +15,20 @@ from pathlib import Path
 import click
 
 import fednsl
+from fednsl.cli.errors import DATA_ERRORS, as_bad_input
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """Maps errors of damaged input files raised anywhere below to one line and exit status 2."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except DATA_ERRORS as exc:
+            raise as_bad_input(exc) from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(fednsl.__version__, prog_name="fednsl")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def cli(verbose: int) -> None:
@@ -39,26 +50,34 @@ def cli(verbose: int) -> None:
 @click.option("--resume", is_flag=True,
               help="Continue the run in --out (or the newest run of this config) from its last checkpoint; "
                    "the result equals an uninterrupted run.")
+@click.option("--start-over", is_flag=True,
+              help="With --resume: when no checkpoint of the run can be read, move its metrics and checkpoints "
+                   "to RUN_DIR/discarded-<time>/ and train from round 1 (without it, such a resume is refused).")
 @click.option("--engine", default=None,
               help="Where rounds run: inprocess (default), or another registered engine "
                    "(see `fednsl methods`). Same as --set engine=NAME.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool, engine: str | None,
-          quiet: bool) -> None:
+def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool, start_over: bool,
+          engine: str | None, quiet: bool) -> None:
     """Train the method of CONFIG (a YAML path or the name of a shipped config).
 
     Writes RUN_DIR/config.yaml (resolved), metrics.jsonl and metrics.csv, checkpoints/,
     plots/*.png, summary.json, run.log, and rules.tsv/rules.json for rule-learning methods.
     """
     from fednsl.config import load_config
+    from fednsl.federation.runner import QuorumLostError
     from fednsl.pipeline import train as run_train
 
+    if start_over and not resume:
+        raise click.UsageError("--start-over only applies with --resume")
     ov = list(overrides) + ([f"engine={engine}"] if engine else [])
     try:
         cfg = load_config(config, ov)
-        result = run_train(cfg, out, resume=resume, progress=not quiet)
-    except (ValueError, KeyError, FileNotFoundError, FileExistsError) as exc:
-        raise click.ClickException(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)) from exc
+        result = run_train(cfg, out, resume=resume, progress=not quiet, start_over=start_over)
+    except QuorumLostError as exc:  # the run stopped as configured (on_quorum_loss: abort); checkpoints are kept
+        raise click.ClickException(f"run stopped: {exc}; resume it with --resume") from exc
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError, *DATA_ERRORS) as exc:
+        raise as_bad_input(exc) from exc
     click.echo(f"results: {result.run_dir}")
     for name in ("metrics.jsonl", "plots", "rules.tsv", "summary.json"):
         if (result.run_dir / name).exists():

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import numpy as np
 
+from fednsl.cli.errors import BadInput
 from rules.explain import explain as explain_pair
 from rules.fol import RelationVocab, Rule, RuleSyntaxError, format_rules, parse_rules
 from rules.formats import (
@@ -303,7 +304,10 @@ def explain(
 
 
 def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> list[ScoredRule]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected a {fmt} rule file") from None
     if fmt == "golden":
         return [ScoredRule(r) for r in parse_rules(text, vocab, source=str(path))]
     if fmt == "anyburl":
@@ -350,7 +354,7 @@ def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | No
         items = _read_rule_file(rule_file, vocab, src, skip_unsupported)
         text = _render(items, vocab, dst)
     except (RuleSyntaxError, ValueError) as err:
-        raise click.ClickException(str(err)) from err
+        raise BadInput(str(err)) from err  # a bad rule file: exit status 2
     _write(text, out)
 
 
@@ -364,7 +368,7 @@ def check(rule_file: Path, relations: Path, src: str) -> None:
         vocab = load_relation_names(relations)
         items = _read_rule_file(rule_file, vocab, src, False)
     except (RuleSyntaxError, ValueError) as err:
-        raise click.ClickException(str(err)) from err
+        raise BadInput(str(err)) from err  # a bad rule file: exit status 2
     lengths = np.bincount([len(s.rule.body) for s in items], minlength=4)[1:]
     click.echo(
         f"{rule_file}: {len(items)} rules OK ({vocab.num_relations} relations; body lengths 1/2/3: "

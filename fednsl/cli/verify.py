@@ -42,6 +42,11 @@ def command(mode: str, nodes: int, rounds: int, crashes: int, quorum: int, no_ti
     from fednsl.verify import Centralised, Decentralised, explore
     from fednsl.verify.promela import run_spin, spin_available, to_promela
 
+    if use_spin and not spin_available():  # before exploring, which can take a while
+        from fednsl.cli.errors import BadInput
+
+        raise BadInput("--spin: the spin and gcc programs are needed but not found on PATH "
+                       "(apt-get install -y spin gcc), or leave out --spin")
     if mode == "centralised":
         model = Centralised(nodes, rounds, crashes=crashes, timeouts=not no_timeouts, tags=not no_tags,
                             quorum=quorum, por=not no_por)

@@ -34,7 +34,12 @@ def load_dump(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"logire-dump backbone: no dump file at {path}")
-    data = torch.load(path, map_location="cpu", weights_only=False)
+    try:  # weights_only: a dump is tensors, numbers, strings, lists and dicts; nothing is unpickled
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle with code, a torn file, not a torch file at all
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ValueError(f"{path}: cannot be read as plain tensors (torch.load weights_only=True: {first}); "
+                         "expected a dict of lists of {N, logits, ...} tensors") from None
     if not isinstance(data, dict) or not any(k in data for k in ("train", "dev", "test")):
         raise ValueError(f"{path}: expected a dict with 'train'/'dev'/'test' lists of {{N, logits, ...}}")
     for split, items in data.items():

@@ -18,6 +18,7 @@ import torch
 
 from kg.grounding.checks import GroundingInputError, check_bodies, check_semiring, check_values, tensor_amax
 from kg.grounding.kernels import fill_channels, gather_rows, maxprod_pairs, pick_backend, sumprod_pairs
+from kg.grounding.memory import check_table_memory
 from kg.grounding.plan import BodyPlan, build_plan
 
 
@@ -147,6 +148,8 @@ def node_table(
     the maximising intermediate entity of each node when ``want_arg``."""
     n_docs, n, _, n_channels = values.shape
     offsets = level_offsets(plan, n_channels)
+    check_table_memory(n_docs, n, offsets[-1] + (offsets[-1] - n_channels if want_arg else 0) + len(plan.body_level),
+                       values.element_size())
     table = values.new_empty(n_docs, offsets[-1], n, n)
     backend = pick_backend(backend, table, table)
     fill_channels(values, table, backend)

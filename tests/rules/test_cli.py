@@ -145,7 +145,7 @@ def test_check_and_convert(tmp_path: Path) -> None:
     assert json.loads(logire) == [[0, [5]], [3, [2, 3]]]
     rules.write_text("parent_of <- ~child_of\n\nlives_in <- spouse_of, livs_in\n")
     res = invoke("check", rules, "--relations", rel, ok=False)
-    assert res.exit_code == 1 and "golden.txt:3: unknown relation 'livs_in' (did you mean 'lives_in'?)" in res.output
+    assert res.exit_code == 2 and "golden.txt:3: unknown relation 'livs_in' (did you mean 'lives_in'?)" in res.output
 
 
 @pytest.mark.data

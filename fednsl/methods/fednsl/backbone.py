@@ -40,7 +40,8 @@ from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, Stage, handles
 from fednsl.federation.runner import Federation, InProcessRunner
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
-from kg.backbones.text_features import DocFeatures, doc_features, embed_strings, resolve_text
+from kg.backbones.memory import DEFAULT_LIMIT_GB, FLOAT_BYTES, check_documents, rows_per_chunk
+from kg.backbones.text_features import PAIR_FEATURES, DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
 from kg.seeding import seeded_global_rng
 from kg.split import query_mask
@@ -63,6 +64,7 @@ class FederatedFeaturesOptions:
     weight_decay: float = 1e-5
     cache: bool = True
     seed: int | None = None  # fixed backbone seed (None: the run seed), e.g. to share one backbone across seeds
+    memory_limit_gb: float = DEFAULT_LIMIT_GB  # refuse documents whose scores would need more (kg.backbones.memory)
 
     def __post_init__(self) -> None:
         for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size"):
@@ -88,13 +90,20 @@ class PairScorer(nn.Module):
         return self.pair(torch.cat([a, b, a * b, pair], dim=-1))
 
     def document_logits(self, feats: DocFeatures) -> torch.Tensor:
-        """(N, N, R) logits of every ordered pair of one document."""
+        """(N, N, R) logits of every ordered pair of one document, computed in row blocks of bounded memory."""
         ent = torch.from_numpy(feats.ent)
         n = ent.shape[0]
         e = self.ent(ent)
-        a = e[:, None, :].expand(n, n, -1)
-        b = e[None, :, :].expand(n, n, -1)
-        return self.pair(torch.cat([a, b, a * b, torch.from_numpy(feats.pair)], dim=-1))
+        pair = torch.from_numpy(feats.pair)
+        width = 3 * e.shape[1] + pair.shape[-1] + self.pair[0].out_features + self.pair[-1].out_features
+        step = rows_per_chunk(n, FLOAT_BYTES * width)
+        blocks = []
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            a = e[lo:hi, None, :].expand(hi - lo, n, -1)
+            b = e[None, :, :].expand(hi - lo, n, -1)
+            blocks.append(self.pair(torch.cat([a, b, a * b, pair[lo:hi]], dim=-1)))
+        return torch.cat(blocks) if blocks else self.pair(torch.zeros(0, 0, 3 * e.shape[1] + pair.shape[-1]))
 
 
 @dataclass
@@ -119,13 +128,16 @@ def _train_pairs(docs: Sequence[Document], client: ClientDocs, feats: dict[str, 
             continue
         f = feats[doc.doc_id]
         h, t = np.nonzero(query_mask(doc, client.combo))
-        gold = np.zeros((doc.num_entities, doc.num_entities, R), dtype=np.float32)
+        y = np.zeros((len(h), R), dtype=np.float32)  # labels of the queried pairs only (no (N, N, R) array)
         if doc.num_facts:
-            gold[doc.facts[:, 0], doc.facts[:, 2], doc.facts[:, 1]] = 1.0
+            row = {(a, b): i for i, (a, b) in enumerate(zip(h.tolist(), t.tolist()))}
+            for a, r, b in doc.facts.tolist():
+                if (a, b) in row:
+                    y[row[(a, b)], r] = 1.0
         ents.append(f.ent)
         idx.append(np.stack([h + offset, t + offset], 1))
         pairs.append(f.pair[h, t])
-        ys.append(gold[h, t])
+        ys.append(y)
         offset += doc.num_entities
     if not idx:
         d = next(iter(feats.values())) if feats else None
@@ -207,7 +219,7 @@ class FederatedFeatures(Backbone):
             self.features[d.doc_id] = doc_features(d, num_types, table, dim)
 
     def _key(self, clients: Sequence[ClientDocs], R: int, T: int, text: str, seed: int) -> str:
-        opts = {k: v for k, v in asdict(self.options).items() if k != "cache"}
+        opts = {k: v for k, v in asdict(self.options).items() if k not in ("cache", "memory_limit_gb")}
         blob = json.dumps({"clients": [[c.cid, c.combo.name, sorted(c.combo.head_types), sorted(c.combo.tail_types),
                                         [d.doc_id for d in c.train]] for c in clients],
                            "opts": opts, "text": text, "R": R, "T": T, "seed": seed, "v": 1}, sort_keys=True)
@@ -219,6 +231,8 @@ class FederatedFeatures(Backbone):
         if opts.seed is not None:
             seed = int(opts.seed)
         R, T = len(relations), len(entity_types)
+        check_documents([d for c in clients for d in c.documents], R, PAIR_FEATURES, opts.memory_limit_gb,
+                        "backbone.memory_limit_gb")
         text = resolve_text(opts.text)
         t0 = time.perf_counter()
         for c in clients:

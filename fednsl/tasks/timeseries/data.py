@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fednsl.tasks.timeseries.npz_checks import IMPUTE, check_finite, read_windows_npz
 from kg.seeding import derive_rng
 
 PERIOD = 24  # hours per day: the seasonal period of every dataset here
@@ -128,6 +129,7 @@ class TSDataConfig:
     max_val: int | None = None
     max_test: int | None = None
     path: str | None = None            # FHWA .npz (default $FEDNSL_SHARED_DATA/fhwa_logicp/fhwa_100_clients.npz)
+    impute: str = "none"               # NaN/inf in an FHWA .npz: "none" = stop with an error, "interpolate"
     # synthetic generator (make_synthetic)
     groups: int = 4                    # latent daily-profile groups (the "true" clusters)
     days: int = 60                     # days of hourly data per client
@@ -148,6 +150,8 @@ class TSDataConfig:
             raise ValueError(f"data.val_frac + data.test_frac must be < 1, got {self.val_frac} + {self.test_frac}")
         if self.num_clients is not None and self.num_clients < 1:
             raise ValueError(f"data.num_clients must be >= 1, got {self.num_clients}")
+        if self.impute not in IMPUTE:
+            raise ValueError(f"data.impute must be one of {list(IMPUTE)}, got {self.impute!r}")
 
 
 # --- windowing / splits / normalisation -----------------------------------------------------------
@@ -316,12 +320,7 @@ def load_fhwa(cfg: TSDataConfig) -> TSData:
     if not path.exists():
         raise FileNotFoundError(f"FHWA data not found at {path}: set data.path or FEDNSL_SHARED_DATA "
                                 "(see /work/shared/data/README.md, fhwa_logicp/)")
-    with np.load(path) as z:
-        need = ["train_x", "train_y", "val_x", "val_y", "test_x", "test_y"]
-        missing = [k for k in need if k not in z.files]
-        if missing:
-            raise ValueError(f"{path}: missing arrays {missing} (have {z.files})")
-        arr = {k: z[k] for k in need}
+    arr = read_windows_npz(path)
     n_all, _, l_all = arr["train_x"].shape
     h_all = arr["train_y"].shape[2]
     if cfg.input_len > l_all or cfg.horizon > h_all:
@@ -329,6 +328,7 @@ def load_fhwa(cfg: TSDataConfig) -> TSData:
                          f"data.horizon={cfg.horizon} cannot exceed them")
     n = n_all if cfg.num_clients is None else min(cfg.num_clients, n_all)
     width = len(str(n_all - 1))
+    arr = check_finite(arr, [f"f{i:0{width}d}" for i in range(n_all)], path, cfg.impute, clients=n)
     clients = {}
     for i in range(n):
         xs = [arr[f"{s}_x"][i][:, l_all - cfg.input_len:] for s in ("train", "val", "test")]

@@ -1,0 +1,46 @@
+"""How the CLI reports bad input: one line on stderr and exit status 2, never a traceback.
+
+:class:`BadInput` is the ``click`` exception for a file, option or config that is not what it should be.
+:func:`as_bad_input` turns the low-level errors that reading a damaged file raises (bad UTF-8, a corrupt
+gzip/tar/zip stream, a number too large for a float, ...) into one; the ``fednsl`` group applies it to
+every subcommand.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+import zipfile
+import zlib
+
+import click
+
+# errors a damaged or foreign input file raises while being read
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    UnicodeDecodeError, json.JSONDecodeError, zlib.error, gzip.BadGzipFile, EOFError, tarfile.TarError,
+    zipfile.BadZipFile, OverflowError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+)
+
+
+class BadInput(click.ClickException):
+    """Bad input (file, option, config): printed as ``Error: <one line>``, exit status 2."""
+
+    exit_code = 2
+
+
+def one_line(exc: BaseException) -> str:
+    """A single-line description of ``exc`` that keeps the file name when the exception carries one."""
+    text = " ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split())
+    name = getattr(exc, "filename", None)
+    if name and str(name) not in text:
+        text = f"{name}: {text}"
+    if isinstance(exc, UnicodeDecodeError):
+        text = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    elif isinstance(exc, (zlib.error, gzip.BadGzipFile, EOFError)):
+        text = f"corrupt or truncated compressed data ({text or type(exc).__name__})"
+    return text or type(exc).__name__
+
+
+def as_bad_input(exc: BaseException) -> BadInput:
+    return BadInput(one_line(exc))
