@@ -178,6 +178,10 @@ class FaultyClient(Client):
             return None
         return corrupt(reply, spec.kind)
 
+    def handled_stages(self) -> tuple[str, ...]:
+        """The wrapped client's stages: the wrapper intercepts :meth:`handle`, not the registration."""
+        return self.inner.handled_stages()
+
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
 
