@@ -51,9 +51,6 @@ class FederationConfig:
                                          "client_timeout_s": "number|None", "parallelism": "int",
                                          "evaluate_every": "int", "keep_checkpoints": "int",
                                          "on_quorum_loss": "str", "faults": "mapping"})
-        if self.client_timeout_s is not None and not self.client_timeout_s > 0:
-            raise ValueError(f"federation.client_timeout_s must be a positive number of seconds, "
-                             f"got {self.client_timeout_s}")
         for name in ("parallelism", "evaluate_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"federation.{name} must be >= 1, got {getattr(self, name)}")

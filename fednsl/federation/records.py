@@ -237,6 +237,8 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
 
 
 def _check_distribution(spec: ArraySpec, arr: np.ndarray, message: Message, fail) -> None:
+    if arr.ndim == 0:
+        fail(spec.name, "a distribution needs at least one axis, got a 0-d array")
     if spec.mask is not None:
         mask = message.arrays.get(spec.mask)
         if mask is None or mask.shape != arr.shape:

@@ -34,7 +34,7 @@ def _one_error_line(output: str) -> str:
     ("rounds=2.5", "rounds must be an integer, got 2.5"),
     ("federation.fraction=abc", "fraction must be a number, got 'abc'"),
     ("method_kwargs=5", "method_kwargs must be a mapping"),
-    ("federation.client_timeout_s=-1", "federation.client_timeout_s must be a positive number of seconds, got -1"),
+    ("federation.client_timeout_s=-1", "federation.client_timeout_s must be > 0 (or null: no limit), got -1"),
     ("federation.min_clients=11", "federation.min_clients=11 exceeds data.num_clients=10"),
     ("federation.parallelism=0", "federation.parallelism must be >= 1"),
     ("federation=7", "federation must be a mapping"),
