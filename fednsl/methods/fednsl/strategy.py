@@ -40,6 +40,7 @@ from fednsl.methods.fednsl.messages import (
     RULES_REQUEST_SCHEMA,
     TRAIN_SCHEMA,
     RuleSet,
+    rules_from_message,
     rules_to_arrays,
     scorer_config,
     stats_schema,
