@@ -7,7 +7,9 @@ Sources :func:`load_kg` accepts:
 - ``"pykeen:nations"``, ``"pykeen:kinships"``, ``"pykeen:umls"``: the files shipped inside the installed
   ``pykeen`` wheel (``pykeen/datasets/<name>/{train,valid,test}.txt``), located without importing pykeen
   and never downloaded (install with ``pip install fednsl[kg]``);
-- ``"synthetic"`` / ``"synthetic:<seed>"``: the embedded planted-rule KG of :mod:`kg.kg_synthetic`.
+- ``"synthetic"`` / ``"synthetic:<seed>"``: the embedded planted-rule KG of :mod:`kg.kg_synthetic`;
+- a federated folder ``clientK/{train,valid,test}...`` (FedLU's layout): the union of the clients' splits
+  (the centralised KG; :func:`kg.kg_partition.read_federated_kg` gives the clients).
 
 Ids. Entities and relations get ids in the order of their first appearance when reading train, then
 valid, then test, each file top to bottom, a triple's head before its tail. The same files therefore
@@ -43,6 +45,7 @@ __all__ = [
     "is_kg_source",
     "load_kg",
     "pykeen_dataset_dir",
+    "read_splits",
     "read_triples_folder",
     "top_relations",
     "write_triples",
@@ -228,6 +231,12 @@ def is_kg_source(source: str | Path) -> bool:
     return any(c.is_dir() and any((c / f"train{suf}").is_file() for suf in _SUFFIXES) for c in p.glob("client*"))
 
 
+def read_splits(folder: str | Path, entities: dict[str, int], relations: dict[str, int]) -> dict[str, np.ndarray]:
+    """Parse a folder's train/valid/test files into (n, 3) id arrays, extending the name->id maps in place."""
+    files = find_split_files(folder)
+    return {split: _parse_into(files[split], entities, relations) for split in SPLITS}
+
+
 def read_triples_folder(folder: str | Path, name: str | None = None,
                         entities: dict[str, int] | None = None,
                         relations: dict[str, int] | None = None) -> KnowledgeGraph:
@@ -236,10 +245,9 @@ def read_triples_folder(folder: str | Path, name: str | None = None,
     ``entities``/``relations``: name->id maps to extend (for a shared vocabulary across several folders);
     they are updated in place.
     """
-    files = find_split_files(folder)
     ents = {} if entities is None else entities
     rels = {} if relations is None else relations
-    arrays = {split: _parse_into(files[split], ents, rels) for split in SPLITS}
+    arrays = read_splits(folder, ents, rels)
     return KnowledgeGraph(name=name or Path(folder).name, entities=tuple(ents), relations=tuple(rels), **arrays)
 
 
@@ -280,6 +288,11 @@ def load_kg(source: str | Path) -> KnowledgeGraph:
     if not path.exists():
         raise TriplesError(f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
                            "pykeen:<name> or synthetic[:<seed>])", file=str(path))
+    if path.is_dir() and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES) \
+            and any(path.glob("client*/train*")):
+        from kg.kg_partition import read_federated_kg, union_kg
+
+        return union_kg(read_federated_kg(path), name=path.name)
     return read_triples_folder(path)
 
 
