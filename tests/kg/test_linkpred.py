@@ -48,6 +48,20 @@ def _brute_force(scores: list[list[int]], answers: list[int], masks: list[list[b
     return {k: v / len(scores) for k, v in totals.items()}
 
 
+def _rnnlogic_style(scores: list[list[int]], answers: list[int], masks: list[list[bool]]) -> dict[str, float]:
+    """RNNLogic's evaluate(expectation=True) arithmetic: L = #higher + 1, H = #(>=) + 2 over unfiltered others."""
+    mrr = mr = h1 = 0.0
+    for row, ans, mask in zip(scores, answers, masks):
+        others = [row[e] for e in range(len(row)) if e != ans and not mask[e]]
+        low = sum(v > row[ans] for v in others) + 1
+        high = sum(v >= row[ans] for v in others) + 2
+        for rank in range(low, high):
+            mrr += 1.0 / rank / (high - low)
+            mr += rank / (high - low)
+            h1 += (rank <= 1) / (high - low)
+    return {"mrr": mrr / len(scores), "mr": mr / len(scores), "hits@1": h1 / len(scores)}
+
+
 @st.composite
 def ranking_cases(draw: st.DrawFn) -> tuple[list[list[int]], list[int], list[list[bool]]]:
     num_e = draw(st.integers(1, 6))
@@ -65,6 +79,8 @@ def test_expectation_over_ties_equals_brute_force_over_permutations(case) -> Non
     got = _metrics(torch.tensor(scores, dtype=torch.float32), torch.tensor(answers), torch.tensor(masks))
     want = _brute_force(scores, answers, masks)
     for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+    for key, value in _rnnlogic_style(scores, answers, masks).items():
         assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
     # the sparse-filter path used by evaluate_link_prediction gives the same ranks
     rows, cols = torch.tensor(masks).nonzero(as_tuple=True)
@@ -190,6 +206,18 @@ def test_evaluate_directions_add_up_and_filter_defaults_to_all_splits() -> None:
     assert explicit.compute() == evaluate_link_prediction(fn, kg).compute()
     train_only = evaluate_link_prediction(fn, kg, filter_with=known_answers(kg, ("train",))).compute()
     assert train_only["mr"] >= explicit.compute()["mr"]
+
+
+def test_default_batches_respect_the_memory_bound() -> None:
+    kg = _random_kg(0)
+    sizes: list[int] = []
+
+    def fn(q: torch.Tensor) -> torch.Tensor:
+        sizes.append(len(q))
+        return torch.zeros(len(q), kg.num_entities)
+
+    evaluate_link_prediction(fn, kg, max_memory_bytes=16 * kg.num_entities * 3)
+    assert max(sizes) == 3 and sum(sizes) == 2 * len(kg.test)
 
 
 def test_score_fn_shape_is_checked() -> None:
