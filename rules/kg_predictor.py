@@ -7,7 +7,9 @@ counts f_j(e) = #paths h -z_j-> e (``kg.grounding.sparse.SparseGraph``). The sco
     max:                                                              s(e) = b_q[e] + κ · max_{j: f_j(e)>0} σ(w_qj)
     noisy-or (over groundings):                                       s(e) = b_q[e] + κ · (1 − Π_j (1 − σ(w_qj))^{f_j(e)})
 
-with φ = log(1 + ·) by default (``feature="count"`` is RNNLogic's raw count, ``"indicator"`` is 1[f > 0]), b_q an
+with φ = log(1 + ·) by default (``feature="count"`` is RNNLogic's raw count, ``"indicator"`` is 1[f > 0],
+``"fraction"`` is f_j(e) / Σ_e' f_j(e'), the path-ranking random-walk share; several joined by "+" give each rule
+one weight per feature, w_qj · φ(f) = Σ_k w_qjk φ_k(f)), b_q an
 optional per-candidate bias (RNNLogic's ``entity_feature="bias"``) and κ a learned positive scale. Training is a
 softmax cross-entropy over all entities (the other known train answers of (h, q) are filtered out of the
 denominator), on the train facts of q, with the query's own fact removed from the graph (both directions) while
@@ -35,10 +37,10 @@ from rules.kg_mining import RuleStatistics, directed_triples, rule_statistics
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
-Feature = Literal["log1p", "count", "indicator"]
+Feature = str  # "log1p", "count", "indicator", "fraction" or several joined by "+" 
 Body = tuple[int, ...]
 _AGGREGATORS = ("sum", "max", "noisy-or")
-_FEATURES = ("log1p", "count", "indicator")
+_FEATURES = ("log1p", "count", "indicator", "fraction")
 
 
 @dataclass
@@ -80,6 +82,7 @@ class _Batch:
     flat: torch.Tensor  # (nnz,) int64 row * E + entity
     rule: torch.Tensor  # (nnz,) int64
     count: torch.Tensor  # (nnz,) float32 raw path counts
+    total: torch.Tensor  # (nnz,) float32 the entry's row sum of counts for its rule (all paths from the query)
     answers: torch.Tensor  # (B,) int64 (or empty when unknown)
     filter_flat: torch.Tensor  # (m,) int64 row * E + entity of other known answers
 
@@ -90,7 +93,7 @@ class _Batch:
 
 @dataclass
 class _HeadModel:
-    weights: torch.Tensor  # (J,)
+    weights: torch.Tensor  # (J, F) one weight per rule and feature
     bias: torch.Tensor | None  # (E,)
     log_scale: torch.Tensor  # () for max / noisy-or
     h_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -117,8 +120,9 @@ class RulePredictor:
             self.config = PredictorConfig(**{**asdict(self.config), "aggregator": aggregator})
         if self.config.aggregator not in _AGGREGATORS:
             raise ValueError(f"aggregator must be one of {_AGGREGATORS}, got {self.config.aggregator!r}")
-        if self.config.feature not in _FEATURES:
-            raise ValueError(f"feature must be one of {_FEATURES}, got {self.config.feature!r}")
+        self.features = tuple(self.config.feature.split("+"))
+        if not self.features or any(f not in _FEATURES for f in self.features):
+            raise ValueError(f"feature must be one or more of {_FEATURES} joined by '+', got {self.config.feature!r}")
         self.num_entities = int(num_entities)
         self.num_relations = num_relations
         self.bodies: dict[int, list[Body]] = {}
@@ -168,13 +172,14 @@ class RulePredictor:
             excl = None
             if exclude_own:
                 excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1)
-            flats, rules, counts = [], [], []
+            flats, rules, counts, totals = [], [], [], []
             if bodies:
                 for j, mat in self.graph.iter_path_counts(bodies, heads, exclude=excl):
                     coo = mat.tocoo()
                     flats.append(coo.row.astype(np.int64) * E + coo.col)
                     rules.append(np.full(coo.nnz, j, dtype=np.int64))
                     counts.append(coo.data.astype(np.float32))
+                    totals.append(np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()[coo.row])
             flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
             filt: list[int] = []
             if known is not None:
@@ -185,23 +190,31 @@ class RulePredictor:
                 torch.from_numpy(flat),
                 torch.from_numpy(np.concatenate(rules) if rules else np.zeros(0, dtype=np.int64)),
                 torch.from_numpy(np.concatenate(counts) if counts else np.zeros(0, dtype=np.float32)),
+                torch.from_numpy(np.concatenate(totals) if totals else np.zeros(0, dtype=np.float32)),
                 torch.from_numpy(chunk[:, 1].copy()),
                 torch.tensor(filt, dtype=torch.int64),
             )
 
-    def _phi(self, count: torch.Tensor) -> torch.Tensor:
-        if self.config.feature == "log1p":
-            return torch.log1p(count)
-        if self.config.feature == "indicator":
-            return (count > 0).to(count.dtype)
-        return count
+    def _phi(self, batch: _Batch) -> torch.Tensor:
+        """(nnz, F) feature values of every grounding entry."""
+        cols = []
+        for f in self.features:
+            if f == "log1p":
+                cols.append(torch.log1p(batch.count))
+            elif f == "indicator":
+                cols.append((batch.count > 0).to(batch.count.dtype))
+            elif f == "fraction":
+                cols.append(batch.count / batch.total.clamp(min=1e-12))
+            else:
+                cols.append(batch.count)
+        return torch.stack(cols, dim=1)
 
     def _contributions(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
         """(nnz,) each grounding entry's term in its candidate's score (RNNLogic's per-rule score y_rule(e))."""
         agg = self.config.aggregator
         if agg == "sum":
-            return model.weights[batch.rule] * self._phi(batch.count)
-        conf = torch.sigmoid(model.weights)[batch.rule]
+            return (model.weights[batch.rule] * self._phi(batch)).sum(1)
+        conf = torch.sigmoid(model.weights[:, 0])[batch.rule]
         if agg == "max":
             return conf
         return -torch.log1p(-conf.clamp(max=1 - 1e-6)) * batch.count  # noisy-or: −f·log(1 − c)
@@ -225,7 +238,8 @@ class RulePredictor:
 
     def _new_model(self, q: int) -> _HeadModel:
         J = len(self.bodies.get(q, []))
-        w = torch.zeros(J) if self.config.aggregator == "sum" else torch.full((J,), -2.0)
+        F = len(self.features)
+        w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
         return _HeadModel(w, bias, torch.tensor(math.log(5.0)))
 
@@ -365,7 +379,7 @@ class RulePredictor:
         y_rule(e) is the rule's term in the score of e, A the candidates reached by any rule; the generator's
         log-prior log RNN_θ(rule | q) is added by the caller).
         """
-        J = model.weights.numel()
+        J = model.weights.shape[0]
         H = torch.zeros(J, dtype=torch.float64)
         n = 0
         for batch in batches:
@@ -413,8 +427,10 @@ class RulePredictor:
         }
 
     def rule_weights(self) -> dict[int, np.ndarray]:
-        """Per head relation: (J,) learned weight per body (σ(w) = confidence for max / noisy-or)."""
-        return {q: m.weights.detach().numpy().copy() for q, m in self.models.items()}
+        """Per head relation: (J,) learned weight per body (σ(w) = confidence for max / noisy-or); (J, F) when
+        ``config.feature`` names F > 1 features."""
+        return {q: (m.weights[:, 0] if m.weights.shape[1] == 1 else m.weights).detach().numpy().copy()
+                for q, m in self.models.items()}
 
     def rule_counts(self, graph_triples: np.ndarray | torch.Tensor | None = None) -> dict[int, RuleStatistics]:
         """Per head relation: AMIE-style support / body size / head size of each body on the predictor's graph

@@ -107,3 +107,16 @@ def test_rule_statistics_against_pair_sets() -> None:
         assert stats.support[j] == len(pairs & head_pairs)
     assert stats.head_size == len(head_pairs)
     np.testing.assert_allclose(stats.confidence, stats.support / np.maximum(stats.body_size, 1))
+
+
+def test_rank_by_confidence_orders_by_amie_confidence() -> None:
+    rng = np.random.default_rng(5)
+    triples = np.unique(np.stack([rng.integers(0, 15, 90), rng.integers(0, 3, 90), rng.integers(0, 15, 90)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, 15, 3)
+    by_conf = mine_chain_rules(g, triples, 2, rank_by="confidence", max_rules_per_head=None, min_support=1)
+    by_sup = mine_chain_rules(g, triples, 2, rank_by="support", max_rules_per_head=None, min_support=1)
+    for q in range(6):
+        assert sorted(by_conf[q]) == sorted(by_sup[q])
+        if by_conf[q]:
+            conf = rule_statistics(g, q, by_conf[q]).confidence
+            assert np.all(np.diff(conf) <= 1e-12)
