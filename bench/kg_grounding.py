@@ -183,8 +183,11 @@ def _peak_in_subprocess(name: str, impl: str, work: list[tuple[tuple[int, ...], 
     them (graph already built)."""
     payload = json.dumps({"name": name, "impl": impl, "bodies": [list(b) for b, _ in work],
                           "starts": [(s if impl == "scipy_csr" else s[:batch]).tolist() for _, s in work]})
+    # a fixed mmap threshold stops glibc from keeping the graph build's freed temporaries for later reuse, which
+    # would hide the call's allocations from the high-water mark
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
     proc = subprocess.run([sys.executable, "-m", "bench.kg_grounding", "--memory-probe", payload],
-                          capture_output=True, text=True, check=True, cwd=REPO)
+                          capture_output=True, text=True, check=True, cwd=REPO, env=env)
     return float(proc.stdout.strip().splitlines()[-1])
 
 

@@ -90,12 +90,15 @@ def test_exclusion_matches_brute_force(case, backend, data) -> None:
             [brute_counts(triples, n_rel, body, int(s), n_ent, exclude=e) for s, e in zip(starts, excl)]
         )
         np.testing.assert_allclose(got, want)
-        # the trie-sharing iterator gives the same numbers
-    for j, mat in g.iter_path_counts(bodies, starts, exclude=excl_arr):
-        want = np.stack(
-            [brute_counts(triples, n_rel, bodies[j], int(s), n_ent, exclude=e) for s, e in zip(starts, excl)]
-        )
-        np.testing.assert_allclose(mat.toarray(), want)
+    # the trie-sharing iterator gives the same numbers
+    for dense_max_bytes in (0, 1 << 20):  # sparse products, then the dense path for small graphs
+        g = SparseGraph.from_triples(triples, n_ent, n_rel, dense_max_bytes=dense_max_bytes)
+        assert g.uses_dense == (dense_max_bytes > 0)
+        for j, mat in g.iter_path_counts(bodies, starts, exclude=excl_arr):
+            want = np.stack(
+                [brute_counts(triples, n_rel, bodies[j], int(s), n_ent, exclude=e) for s, e in zip(starts, excl)]
+            )
+            np.testing.assert_allclose(mat.toarray(), want)
 
 
 def test_exclusion_removes_both_directions_and_only_its_row() -> None:
