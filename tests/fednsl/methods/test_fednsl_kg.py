@@ -263,3 +263,13 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["data.partition=entity"]))
     with pytest.raises(ValueError, match="no_such"):
         build_federation(load_config(CONFIG, ["method_kwargs.no_such=1"]))
+
+
+def test_resume_equals_an_uninterrupted_run(federated, tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    train(load_config(CONFIG, [*FED3, "rounds=1"]), out, progress=False)
+    train(load_config(CONFIG, FED3), out, resume=True, progress=False)
+    a = json.loads((federated.run_dir / "summary.json").read_text())
+    b = json.loads((out / "summary.json").read_text())
+    assert {k: a[k] for k in TEST_KEYS} == {k: b[k] for k in TEST_KEYS}
+    assert (federated.run_dir / "rules.tsv").read_text() == (out / "rules.tsv").read_text()
