@@ -125,11 +125,11 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
                      f"{fmt(a['test_hits@10'])} | {fmt(a['test_mr'], 1)} | {fmt(a['wall_s'], 0)} |")
     lines += paper_rows(paper)
     if dataset == "r10":
-        lines += ["", "Why federated ≈ local-only here: FedLU's R10 split gives each client disjoint relations, and a "
+        lines += ["", ("Why federated ≈ local-only here: FedLU's R10 split gives each client disjoint relations, and a "
                   "client grounds rules on its own facts only, so every body it can use is made of its own relations; "
                   "the shared generator and pool propose other clients' relations, which it cannot ground. Rule "
                   "learning gains from federation when clients share relations (data.partition=triple) — not "
-                  "measured here for lack of time. The centralised bound grounds on the union graph."]
+                  "measured here for lack of time. The centralised bound grounds on the union graph.")]
     lines += ["", "Commands (one per seed):", ""]
     for name, s in settings.items():
         lines += [f"- {name}: `{c}`" for c in s["commands"]]
