@@ -100,6 +100,9 @@ def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = Fa
                    "data": fed.summary, "plots": [str(p.relative_to(run_dir)) for p in plots],
                    "final": {r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
                              for r in result.rows if r["scope"] == "server" and r["round"] == config.rounds}}
+        extra = getattr(fed.strategy, "summary_metrics", None)
+        if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
+            summary.update(extra())
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         return result
     finally:

@@ -14,7 +14,7 @@ import numpy as np
 
 from kg.documents import Corpus, DataError, Vocab
 
-FORMAT_CHOICE = click.Choice(["auto", "dwie", "docred", "synthetic"])
+FORMAT_CHOICE = click.Choice(["auto", "dwie", "docred", "synthetic", "kg"])
 
 
 def _fail(exc: Exception) -> click.ClickException:
@@ -39,6 +39,9 @@ def command() -> None:
     PATH arguments accept DWIE annotations (dwie_annos.tar.gz, a folder of DW_*.json, a DWIE checkout), a
     docred-style folder or file (LogiRE/ATLOP), a folder written by `fednsl data prepare synthetic`, or the
     string `synthetic` (the embedded demo set; `synthetic:seed=3,num_documents=100` for variants).
+    `info` also reads knowledge graphs: a folder of train/valid/test triples (head<TAB>relation<TAB>tail,
+    .txt/.tsv, optionally .gz), FedLU's client<K>/ folders, pykeen:nations|kinships|umls, or the planted-rule
+    KG with `--format kg synthetic[:SEED]`.
     """
 
 
@@ -144,7 +147,16 @@ def _echo_info(info: dict[str, Any], top: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
 def info(path: str, fmt: str, skip_bad: bool, clients: int, seed: int, groups: str | None, test_ratio: float,
          holdout: float, top: int, as_json: bool) -> None:
-    """Print documents, entities, facts per relation and type pair, what was dropped, and the client split."""
+    """Print documents, entities, facts per relation and type pair, what was dropped, and the client split.
+
+    Knowledge graphs (a folder of train/valid/test triples, FedLU's client<K>/ folders, pykeen:NAME, or
+    `synthetic[:SEED] --format kg`): entities, relations, triples per split, top relations, clients.
+    """
+    from fednsl.cli.kg_info import show_kg_info, wants_kg
+
+    if wants_kg(path, fmt):
+        show_kg_info(path, top, as_json)
+        return
     corpus = _load(path, fmt, skip_bad)
     try:
         data = _info_dict(corpus, clients, seed, groups, test_ratio, holdout)

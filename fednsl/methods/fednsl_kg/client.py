@@ -1,0 +1,229 @@
+"""fednsl-kg client: mines candidate bodies (round 1), fits the rule predictor on its local KG part and
+computes rule posteriors (E-step, FedNSL Eq. 9–11), evaluates filtered ranking on its test part.
+
+Only declared arrays leave the client (:mod:`.messages`): bodies, supports, posteriors, AMIE counts and the
+exact sums of its ranking metrics — never a triple, an entity id or a predictor weight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from fednsl.federation.records import Message
+from fednsl.federation.roles import Client
+from fednsl.methods.fednsl_kg.bodies import (
+    merge_directions,
+    mirror,
+    pad_bodies,
+    query_rule_sets,
+    strip,
+)
+from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, torch_threads
+from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, encode_rank_sums
+from kg.grounding.sparse import SparseGraph
+from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
+from kg.triples import KnowledgeGraph
+from rules.kg_mining import mine_chain_rule_support
+from rules.kg_predictor import PredictorConfig, RulePredictor
+from rules.measures import RuleCounts
+
+__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores"]
+
+
+def posterior_from_scores(scores: np.ndarray, log_prior: np.ndarray, *, temperature: float, prior_weight: float,
+                          kl_weight: float, standardize: bool = True) -> np.ndarray:
+    """E-step for one head (J,) → (J,) distribution.
+
+    H_j = s̃_j / τ + w · log p_θ(j) (Eq. 9 in RNNLogic's form), s̃ the rule scores standardised over the head's J
+    bodies when ``standardize`` (RNNLogic's H is averaged over the head's queries, so its raw scale shrinks with
+    the graph; the z-score makes τ mean the same on every KG); q = argmin −E_q[H] − entropy(q) + λ·KL(q ‖ p_θ)
+    (Eq. 2 with the KL of Eq. 11) = softmax((H + λ · log p_θ) / (1 + λ)). ``log_prior`` all 0 = no prior.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if standardize and s.size > 1:
+        sd = s.std()
+        s = (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
+    h = s / temperature + prior_weight * log_prior
+    z = (h + kl_weight * log_prior) / (1.0 + kl_weight)
+    z = z - z.max()
+    q = np.exp(z)
+    return q / q.sum()
+
+
+def mine_forward_rules(graph: SparseGraph, train: np.ndarray, max_len: int, seed: int,
+                       options: Mapping[str, Any]) -> dict[int, dict[tuple[int, ...], int]]:
+    """Mined bodies with supports per forward head r (0..R-1): the inverse head r+R's bodies are mirrored onto r
+    and their supports added. ``options``: ``max_rules_per_head`` (default 200, after merging), ``min_support``
+    (default 1) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    opts = dict(options)
+    cap = opts.pop("max_rules_per_head", 200)
+    min_support = int(opts.pop("min_support", 1))
+    R = graph.num_relations
+    per_head: dict[int, dict[tuple[int, ...], int]] = {}
+    for q, table in mine_chain_rule_support(graph, train, max_len, seed=seed, **opts).items():
+        r = q if q < R else q - R
+        slot = per_head.setdefault(r, {})
+        for body, n in table.items():
+            b = tuple(int(x) for x in body) if q < R else mirror(body, R)
+            slot[b] = slot.get(b, 0) + int(n)
+    out = {}
+    for r, table in sorted(per_head.items()):
+        ranked = sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))
+        out[r] = {b: table[b] for b in (ranked if cap is None else ranked[: int(cap)])}
+    return out
+
+
+def amie_counts(graph: SparseGraph, head: int, bodies: list[tuple[int, ...]]) -> RuleCounts:
+    """AMIE counts of ``bodies`` for ``head`` on ``graph`` (no edge removed): support = #(x, y) with body and
+    head(x, y), body_size = #(x, y) with body, pca_body_size = #(x, y) with body and ∃y' head(x, y'), head_size =
+    #head facts. One pass over the start entities, in :meth:`SparseGraph.default_batch_size` batches."""
+    J = len(bodies)
+    support, body_size, pca = (np.zeros(J, dtype=np.int64) for _ in range(3))
+    head_adj = graph.adjacency[head]
+    has_head = np.diff(head_adj.indptr) > 0
+    if J:
+        starts_all = np.unique(np.concatenate([np.flatnonzero(np.diff(graph.adjacency[b[0]].indptr)) for b in bodies]))
+        step = graph.default_batch_size()
+        for lo in range(0, starts_all.size, step):
+            starts = starts_all[lo:lo + step]
+            head_rows = head_adj[starts]
+            functional = has_head[starts]
+            for j, mat in graph.iter_path_counts(bodies, starts):
+                mat = mat.tocsr()
+                nnz_rows = np.diff(mat.indptr)
+                body_size[j] += int(nnz_rows.sum())
+                pca[j] += int(nnz_rows[functional].sum())
+                support[j] += int(head_rows.multiply(mat).count_nonzero())
+    return RuleCounts(support, body_size, pca, np.full(J, int(head_adj.nnz), dtype=np.int64))
+
+
+class FedNSLKGClient(Client):
+    """One KG part (same entity/relation ids as every other part) and its fitted predictor."""
+
+    def __init__(self, cid: str, part: KnowledgeGraph, cfg: FedNSLKGConfig, filter_index: FilterIndex):
+        self.cid, self.part, self.cfg, self.filter_index = cid, part, cfg, filter_index
+        self.R, self.E = part.num_relations, part.num_entities
+        self.predictor: RulePredictor | None = None
+        self._graph: SparseGraph | None = None
+        present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
+        self.relations = np.unique(present)             # forward heads this client asks queries of
+        self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
+
+    @property
+    def graph(self) -> SparseGraph:
+        if self._graph is None:
+            self._graph = SparseGraph.from_triples(self.part.train, self.E, self.R)
+        return self._graph
+
+    # -- round 1: candidate bodies ------------------------------------------------------------------------------
+    def train_stats(self, msg: Message) -> Message:
+        """Mine chain-rule bodies on the local training graph; send them per forward head with their supports."""
+        t0 = time.perf_counter()
+        L = int(msg.config["max_body_len"])
+        with torch_threads(self.cfg.num_threads):
+            mined = mine_forward_rules(self.graph, self.part.train, L, int(msg.config["seed"]), self.cfg.mining)
+        heads, bodies, support = [], [], []
+        for r, table in mined.items():
+            if not self.train_counts[r]:
+                continue
+            for b, n in table.items():
+                heads.append(r)
+                bodies.append(b)
+                support.append(n)
+        arrays = {"heads": np.asarray(heads, dtype=np.int64),
+                  "bodies": pad_bodies(bodies, self.R, L),
+                  "support": np.asarray(support, dtype=np.int64),
+                  "instances": self.train_counts.copy()}
+        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": len(self.part.train),
+                                                           "mined_rules": len(bodies),
+                                                           "time_s": time.perf_counter() - t0})
+
+    # -- E-step ----------------------------------------------------------------------------------------------
+    def _valid_mrr(self, predictor: RulePredictor) -> float:
+        m = evaluate_link_prediction(predictor.score, self.part, "valid", self.cfg.eval_batch_size or None,
+                                     self.filter_index)
+        return float(m.compute()["mrr"])
+
+    def fit(self, arrays: Mapping[str, np.ndarray], seed: int) -> dict[str, Any]:
+        """Fit a fresh predictor on the server's rules (both query directions) for this client's relations:
+        trained on the local train facts, each head early-stopped on the local valid facts."""
+        rule_sets = query_rule_sets(arrays["heads"], arrays["bodies"], arrays["mask"].astype(bool), self.R,
+                                    keep=self.relations)
+        pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
+        self.predictor = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
+        valid = self.part.valid if len(self.part.valid) else None
+        report = self._valid_mrr if (self.cfg.report_valid and valid is not None) else None
+        with torch_threads(self.cfg.num_threads):
+            return dict(self.predictor.fit(self.part.train, self.part.train, report, seed=seed, valid_triples=valid,
+                                           num_relations=self.R) or {})
+
+    def train(self, msg: Message) -> Message:
+        a = msg.arrays
+        heads, mask, log_prior = a["heads"], a["mask"].astype(bool), a["log_prior"]
+        T, J = mask.shape
+        t0 = time.perf_counter()
+        log = self.fit(a, int(msg.config["seed"]))
+        t1 = time.perf_counter()
+        assert self.predictor is not None
+        scores = self.predictor.rule_scores()
+        with torch_threads(self.cfg.num_threads):
+            counts = ({r: amie_counts(self.graph, r, rule_sets_fwd)
+                       for r, rule_sets_fwd in self._forward_bodies(a).items() if self.train_counts[r]}
+                      if bool(msg.config.get("counts", True)) else {})
+        posterior = np.zeros((T, J), dtype=np.float64)
+        out_mask = np.zeros((T, J), dtype=bool)
+        instances = np.zeros(T, dtype=np.int64)
+        count_arrays = {name: np.zeros((T, J), dtype=np.int64) for name in COUNT_FIELDS}
+        fitted = 0
+        for t, r in enumerate(heads.tolist()):
+            m = mask[t]
+            J_t = int(m.sum())
+            if r in counts:
+                for name in COUNT_FIELDS:
+                    count_arrays[name][t, :J_t] = getattr(counts[r], name)
+            s = merge_directions(scores, r, self.R, J_t)
+            n = int(self.train_counts[r])
+            if s is None or n == 0 or J_t == 0:
+                continue
+            lp = log_prior[t, :J_t] if bool(msg.config.get("use_prior", True)) else np.zeros(J_t)
+            posterior[t, :J_t] = posterior_from_scores(s, lp, temperature=self.cfg.temperature,
+                                                       prior_weight=self.cfg.prior_weight,
+                                                       kl_weight=self.cfg.kl_weight,
+                                                       standardize=self.cfg.standardize_scores)
+            out_mask[t, :J_t] = True
+            instances[t] = n
+            fitted += 1
+        metrics = {"num_examples": len(self.part.train), "heads_fitted": fitted, "rules": int(mask.sum()),
+                   "time_fit_s": t1 - t0, "time_counts_s": time.perf_counter() - t1}
+        if log.get("valid") is not None:
+            metrics["valid_mrr"] = float(log["valid"])
+        return msg.reply(self.cid, arrays={"posterior": posterior, "mask": out_mask, "instances": instances,
+                                           **count_arrays}, metrics=metrics)
+
+    def _forward_bodies(self, a: Mapping[str, np.ndarray]) -> dict[int, list[tuple[int, ...]]]:
+        mask = a["mask"].astype(bool)
+        return {int(r): [strip(b, self.R) for b, m in zip(a["bodies"][t].tolist(), mask[t].tolist()) if m]
+                for t, r in enumerate(a["heads"].tolist())}
+
+    # -- evaluation ------------------------------------------------------------------------------------------
+    def ranking(self) -> RankingMetrics:
+        """Filtered ranking of this client's test queries (head and tail) under its fitted predictor."""
+        if self.predictor is None:
+            raise RuntimeError(f"client {self.cid}: evaluate before any train stage (no fitted predictor)")
+        if not len(self.part.test):
+            return RankingMetrics()
+        with torch_threads(self.cfg.num_threads), torch.no_grad():
+            return evaluate_link_prediction(self.predictor.score, self.part, "test", self.cfg.eval_batch_size or None,
+                                            self.filter_index)
+
+    def evaluate(self, msg: Message) -> Message:
+        t0 = time.perf_counter()
+        m = self.ranking()
+        return msg.reply(self.cid, arrays={"rank_sums": encode_rank_sums(m)},
+                         metrics={"num_examples": len(self.part.test), "queries": m.count,
+                                  "time_eval_s": time.perf_counter() - t0})

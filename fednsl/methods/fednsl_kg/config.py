@@ -1,0 +1,154 @@
+"""fednsl-kg options: ``method_kwargs`` (:class:`FedNSLKGConfig`, nested ``generator``) and ``data``
+(:class:`KGDataConfig`). Unknown keys raise an error naming the section and listing the valid ones."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fednsl.config import REPO_ROOT
+from fednsl.registry import build_kwargs
+
+__all__ = ["FedNSLKGConfig", "KGDataConfig", "KGGeneratorOptions", "resolve_source", "torch_threads"]
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` torch intra-op threads (0: unchanged), restoring the previous setting."""
+    import torch
+
+    if n <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class KGGeneratorOptions:
+    """Server rule generator T_θ (:mod:`rules.generator`) and its per-round training budget (FedNSL Eq. 6).
+
+    Sized for CPU: a KG has one rule-head category per relation (no entity types), far fewer than DWIE's.
+    """
+
+    d_model: int = 64
+    nhead: int = 4
+    num_encoder_layers: int = 1
+    num_decoder_layers: int = 1
+    dim_feedforward: int = 128
+    dropout: float = 0.1
+    positional: bool = True
+    pretrain_epochs: int = 5       # on the mined pool (round 1)
+    epochs: int = 2                # per round, on the pool after the posterior update
+    batch_size: int = 64
+    lr: float = 1e-3
+    samples_per_epoch: int = 4000
+    uniform_mix: float = 0.1
+    lr_gamma: float = 0.9
+
+
+_CHOICES = {
+    "aggregator": ("sum", "max", "noisy-or"),
+    "pool_mode": ("momentum", "mixture"),
+    "eval_filter": ("local", "global"),
+    "counts": ("every", "last", "never"),
+}
+
+
+@dataclass
+class FedNSLKGConfig:
+    """Method options (``method_kwargs``).
+
+    E-step (FedNSL Eq. 9–11 on the RNNLogic predictor): per head r and body j the client's evidence is the
+    predictor's rule score s_j (``RulePredictor.rule_scores``, z-scored over the head's bodies when
+    ``standardize_scores``); H_j = s_j / ``temperature`` + ``prior_weight`` ·
+    log p_θ(j) (Eq. 9, RNNLogic's H); the posterior minimises −E_q[H] − entropy(q) + ``kl_weight`` · KL(q ‖ p_θ)
+    (Eq. 2 with the Eq. 11 KL toward the server prior), whose solution is q ∝ exp((H_j + λ log p_θ(j)) / (1 + λ)).
+    """
+
+    max_body_len: int = 3
+    num_samples: int = 100         # N ancestral generator samples per head relation (Eq. 5)
+    pool_top: int = 40             # the pool's most probable bodies per head, always proposed
+    max_bodies: int = 80           # J: at most this many bodies per head per round
+    mining: dict[str, Any] = field(default_factory=dict)      # extra kwargs of rules.kg_mining.mine_chain_rules
+    support_starts: int = 2000     # at most this many start entities per head when counting mined supports
+    aggregator: str = "sum"        # RulePredictor aggregation over rules
+    predictor: dict[str, Any] = field(default_factory=dict)   # rules.kg_predictor.PredictorConfig fields
+    report_valid: bool = True      # clients report their local valid MRR after fitting (one extra ranking pass)
+    counts: str = "every"          # AMIE counts for the rule store: every round, the last round only, or never
+    temperature: float = 0.5       # τ on the standardised rule scores
+    standardize_scores: bool = True
+    prior_weight: float = 0.0
+    kl_weight: float = 0.1         # λ of Eq. 2 / 11
+    pool_mode: str = "momentum"
+    pool_ratio: float = 0.5        # posterior share mixed into the pool per round
+    local_only: bool = False       # each client alone: its own generator and pool, no server prior from others
+    eval_filter: str = "local"     # local: a client filters with its own train ∪ valid ∪ test; global: all parts
+    eval_batch_size: int = 0       # queries per scoring call (0: kg.linkpred's memory-bounded default)
+    top_k: int = 5                 # planted-rule recall is measured among the top-k bodies of each head
+    num_threads: int = 0           # torch threads for server and clients (0: unchanged)
+    generator: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"method_kwargs (fednsl-kg): {name}={getattr(self, name)!r}; expected one of {allowed}")
+        if not 1 <= self.max_body_len <= 3:
+            raise ValueError(f"method_kwargs (fednsl-kg): max_body_len must be 1..3, got {self.max_body_len}")
+        for name in ("num_samples", "max_bodies"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"method_kwargs (fednsl-kg): {name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.pool_ratio <= 1.0:
+            raise ValueError(f"method_kwargs (fednsl-kg): pool_ratio must be in [0, 1], got {self.pool_ratio}")
+        if self.temperature <= 0 or self.kl_weight < 0:
+            raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
+
+    @property
+    def gen(self) -> KGGeneratorOptions:
+        return build_kwargs(KGGeneratorOptions, self.generator, "method_kwargs.generator (fednsl-kg)")
+
+
+@dataclass
+class KGDataConfig:
+    """``data``: where the KG comes from and how it is split over clients.
+
+    source: a folder with train/valid/test, ``pykeen:NAME``, or ``synthetic`` / ``synthetic:<seed>`` (the planted-
+    rule KG of :mod:`kg.kg_synthetic`; ``synthetic`` holds its keyword arguments). ``federated_folder``: FedLU's
+    ``clientK/{train,valid,test}.txt[.gz]`` layout instead (then ``source``/``num_clients``/``partition`` are
+    ignored). Partitions are seeded with the run seed.
+    """
+
+    source: str = "synthetic"
+    num_clients: int = 1
+    partition: str = "relation"
+    federated_folder: str | None = None
+    synthetic: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.partition not in ("relation", "triple"):
+            raise ValueError(f"data (fednsl-kg): partition={self.partition!r}; expected 'relation' or 'triple'")
+        if self.num_clients < 1:
+            raise ValueError(f"data (fednsl-kg): num_clients must be >= 1, got {self.num_clients}")
+
+
+def resolve_source(path: str) -> str:
+    """A data source from config: ``synthetic[:seed]`` and ``pykeen:NAME`` unchanged; an absolute path as is;
+    ``../shared/data/...`` under ``$FEDNSL_SHARED_DATA`` when set; otherwise relative to the repository root."""
+    if path == "synthetic" or path.startswith(("synthetic:", "pykeen:")):
+        return path
+    p = Path(os.path.expanduser(path))
+    if p.is_absolute():
+        return str(p)
+    shared = os.environ.get("FEDNSL_SHARED_DATA")
+    if shared and p.parts[:3] == ("..", "shared", "data"):
+        return str(Path(shared).joinpath(*p.parts[3:]))
+    repo = REPO_ROOT / p
+    return str(repo.resolve() if repo.exists() or not p.exists() else p.resolve())

@@ -1,0 +1,101 @@
+"""The fednsl-kg message schemas: every field that may leave a client, declared once.
+
+Rules are keyed by their *forward* head relation r in 0..R-1 (the rule layer's convention: a rule for the
+inverse head r+R, ``~r(X,Y) <- b1..bL``, is the same logical rule as ``r(X,Y) <- ~bL..~b1``). Bodies are token
+ids in 0..2R-1 padded with 2R (stay), length L = ``max_body_len``.
+
+Server → client (``train``, ``evaluate``): ``heads`` (T,) forward head relations, ``bodies`` (T, J, L),
+``log_prior`` (T, J) log p_θ(body | head) renormalised over the J bodies (0 where masked), ``mask`` (T, J).
+
+Client → server:
+
+- ``train.stats`` (round 1): mined candidate rules as a flat list — ``heads`` (K,), ``bodies`` (K, L),
+  ``support`` (K,) number of local training triples of the head the body reaches; ``instances`` (R,) local
+  training triples per relation. Never a triple of the KG.
+- ``train`` (E-step): ``posterior`` (T, J) distribution over each head's bodies (rows of heads without local
+  training triples are zero with ``mask`` false), ``instances`` (T,), and the additive AMIE counts
+  ``support``, ``body_size``, ``pca_body_size``, ``head_size`` (T, J) of every body on the local training graph
+  (:class:`rules.measures.RuleCounts`; the server sums them, so the store's counts are exact over clients).
+- ``evaluate``: the exact sums of the filtered-ranking state (:class:`kg.linkpred.RankingMetrics`: fixed-point
+  integers, one row per sum in :func:`rank_sum_names` order, written as ``LIMBS`` base-2^62 int64 limbs) in
+  ``rank_sums`` (S, LIMBS) and the query count; the server's merge equals one ranking over all clients' queries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fednsl.federation.records import ArraySpec, Schema
+from kg.linkpred import RankingMetrics
+
+__all__ = [
+    "COUNT_FIELDS",
+    "EVAL_METRICS",
+    "EVAL_SCHEMA",
+    "LIMBS",
+    "STATS_METRICS",
+    "STATS_SCHEMA",
+    "TRAIN_METRICS",
+    "TRAIN_SCHEMA",
+    "decode_rank_sums",
+    "encode_rank_sums",
+    "rank_sum_names",
+]
+
+COUNT_FIELDS = ("support", "body_size", "pca_body_size", "head_size")
+
+STATS_METRICS = ("num_examples", "mined_rules", "time_s")
+STATS_SCHEMA = Schema(
+    arrays=(
+        ArraySpec("heads", "ids", "int", ("K",)),
+        ArraySpec("bodies", "ids", "int", ("K", None)),
+        ArraySpec("support", "counts", "int", ("K",)),
+        ArraySpec("instances", "counts", "int", (None,)),
+    ),
+    metrics=STATS_METRICS,
+)
+
+TRAIN_METRICS = ("num_examples", "heads_fitted", "rules", "valid_mrr", "time_fit_s", "time_counts_s")
+TRAIN_SCHEMA = Schema(
+    arrays=(
+        ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
+        ArraySpec("mask", "mask", "bool", ("T", "J")),
+        ArraySpec("instances", "counts", "int", ("T",)),
+        *(ArraySpec(name, "counts", "int", ("T", "J")) for name in COUNT_FIELDS),
+    ),
+    metrics=TRAIN_METRICS,
+)
+
+# Exact ranking sums: non-negative Python integers (2^-96 fixed point) split into int64 limbs of 62 bits.
+LIMB_BITS = 62
+LIMBS = 4
+EVAL_METRICS = ("num_examples", "queries", "time_eval_s")
+EVAL_SCHEMA = Schema(arrays=(ArraySpec("rank_sums", "counts", "int", ("S", LIMBS)),), metrics=EVAL_METRICS)
+
+
+def rank_sum_names() -> list[str]:
+    """The fixed order of :class:`kg.linkpred.RankingMetrics` sums in ``rank_sums``."""
+    return sorted(RankingMetrics().state_dict()["sums"])
+
+
+def encode_rank_sums(metrics: RankingMetrics) -> np.ndarray:
+    """RankingMetrics → (S, LIMBS) int64 limbs (exact; raises if a sum needs more than LIMBS·62 bits)."""
+    sums = metrics.state_dict()["sums"]
+    out = np.zeros((len(sums), LIMBS), dtype=np.int64)
+    mask = (1 << LIMB_BITS) - 1
+    for i, name in enumerate(rank_sum_names()):
+        v = int(sums[name])
+        if v < 0 or v >> (LIMB_BITS * LIMBS):
+            raise ValueError(f"ranking sum {name} does not fit {LIMBS} limbs")
+        for k in range(LIMBS):
+            out[i, k] = (v >> (LIMB_BITS * k)) & mask
+    return out
+
+
+def decode_rank_sums(limbs: np.ndarray, count: int) -> RankingMetrics:
+    """Inverse of :func:`encode_rank_sums` given the number of queries."""
+    names = rank_sum_names()
+    if limbs.shape != (len(names), LIMBS):
+        raise ValueError(f"rank_sums has shape {limbs.shape}, expected {(len(names), LIMBS)}")
+    sums = {n: str(sum(int(limbs[i, k]) << (LIMB_BITS * k) for k in range(LIMBS))) for i, n in enumerate(names)}
+    return RankingMetrics.from_state_dict({"hits_at": list(RankingMetrics().hits_at), "count": int(count), "sums": sums})

@@ -1,0 +1,316 @@
+"""Knowledge graphs as triples: the reader for ``head<TAB>relation<TAB>tail`` files and ``load_kg``.
+
+Sources :func:`load_kg` accepts:
+
+- a folder with ``train``, ``valid`` and ``test`` files, each ``.txt`` or ``.tsv``, plain or ``.gz``
+  (``dev`` is read when ``valid`` is absent);
+- ``"pykeen:nations"``, ``"pykeen:kinships"``, ``"pykeen:umls"``: the files shipped inside the installed
+  ``pykeen`` wheel (``pykeen/datasets/<name>/{train,valid,test}.txt``), located without importing pykeen
+  and never downloaded (install with ``pip install fednsl[kg]``);
+- ``"synthetic"`` / ``"synthetic:<seed>"``: the embedded planted-rule KG of :mod:`kg.kg_synthetic`;
+- a federated folder ``clientK/{train,valid,test}...`` (FedLU's layout): the union of the clients' splits
+  (the centralised KG; :func:`kg.kg_partition.read_federated_kg` gives the clients).
+
+Ids. Entities and relations get ids in the order of their first appearance when reading train, then
+valid, then test, each file top to bottom, a triple's head before its tail. The same files therefore
+always give the same ids, and the entity count is taken over all three splits. Relation ids are
+``0..R-1``; the inverse of ``r`` is ``r + R`` (:meth:`KnowledgeGraph.with_inverses`).
+
+Lines. One triple a line, exactly three tab-separated fields; spaces around a field are stripped
+(names may contain inner spaces); blank lines are skipped. Anything else — a wrong column count, an
+empty name, bytes that are not UTF-8, a corrupt gzip stream — raises :class:`TriplesError` naming the
+file and the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kg.documents import DataError
+
+__all__ = [
+    "PYKEEN_DATASETS",
+    "SPLITS",
+    "KnowledgeGraph",
+    "TriplesError",
+    "find_split_files",
+    "is_kg_source",
+    "load_kg",
+    "pykeen_dataset_dir",
+    "read_splits",
+    "read_triples_folder",
+    "top_relations",
+    "write_triples",
+]
+
+SPLITS = ("train", "valid", "test")
+PYKEEN_DATASETS = ("nations", "kinships", "umls")
+_SUFFIXES = (".txt", ".tsv", ".txt.gz", ".tsv.gz")
+
+
+class TriplesError(DataError):
+    """A bad triples source; the message names the file and, when known, the line (a ``ValueError``)."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        self.line = line
+        super().__init__(message, file=file)
+
+
+@dataclass(frozen=True, eq=False)
+class KnowledgeGraph:
+    """A KG with its three splits as id arrays; vocabularies map ids to names.
+
+    ``train``/``valid``/``test``: int64 arrays of shape (n, 3), columns (head, relation, tail), relation ids
+    in ``0..R-1``. ``entity_types``: (E,) int64 type ids or None (then every entity has type 0).
+    """
+
+    name: str
+    entities: tuple[str, ...]
+    relations: tuple[str, ...]
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    entity_types: np.ndarray | None = None
+    type_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for split in SPLITS:
+            arr = np.asarray(getattr(self, split), dtype=np.int64).reshape(-1, 3)
+            if len(arr) and (arr[:, [0, 2]].min() < 0 or arr[:, [0, 2]].max() >= len(self.entities)
+                             or arr[:, 1].min() < 0 or arr[:, 1].max() >= len(self.relations)):
+                raise ValueError(f"{self.name}: {split} holds ids outside the vocabularies "
+                                 f"({len(self.entities)} entities, {len(self.relations)} relations)")
+            object.__setattr__(self, split, arr)
+        if self.entity_types is not None:
+            types = np.asarray(self.entity_types, dtype=np.int64)
+            if types.shape != (len(self.entities),):
+                raise ValueError(f"{self.name}: entity_types has shape {types.shape}, expected ({len(self.entities)},)")
+            object.__setattr__(self, "entity_types", types)
+
+    @property
+    def num_entities(self) -> int:
+        return len(self.entities)
+
+    @property
+    def num_relations(self) -> int:
+        """R, without the inverse relations."""
+        return len(self.relations)
+
+    def split(self, name: str) -> np.ndarray:
+        """The (n, 3) triples of ``train``, ``valid`` or ``test``."""
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+        return getattr(self, name)
+
+    def all_triples(self, splits: Sequence[str] = SPLITS) -> np.ndarray:
+        """Concatenation of the named splits, (n, 3) int64."""
+        return np.concatenate([self.split(s) for s in splits], axis=0) if splits else np.zeros((0, 3), np.int64)
+
+    def with_inverses(self, triples: np.ndarray) -> np.ndarray:
+        """(n, 3) -> (2n, 3): the triples followed by their inverses (t, r + R, h)."""
+        triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+        inverse = np.stack([triples[:, 2], triples[:, 1] + self.num_relations, triples[:, 0]], axis=1)
+        return np.concatenate([triples, inverse], axis=0)
+
+    def relation_name(self, rel: int) -> str:
+        """Name of relation id ``rel`` in ``0..2R-1``; inverses read ``inv_<name>``."""
+        if 0 <= rel < self.num_relations:
+            return self.relations[rel]
+        if self.num_relations <= rel < 2 * self.num_relations:
+            return "inv_" + self.relations[rel - self.num_relations]
+        raise ValueError(f"relation id {rel} outside 0..{2 * self.num_relations - 1}")
+
+    def relation_counts(self, splits: Sequence[str] = SPLITS) -> np.ndarray:
+        """(R,) number of triples per relation over the named splits."""
+        return np.bincount(self.all_triples(splits)[:, 1], minlength=self.num_relations)
+
+    def replace(self, **changes: object) -> KnowledgeGraph:
+        """A copy with some fields changed (vocabularies kept unless given)."""
+        fields = {k: getattr(self, k) for k in ("name", "entities", "relations", "train", "valid", "test",
+                                                 "entity_types", "type_names")}
+        fields.update(changes)
+        return KnowledgeGraph(**fields)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return (f"KnowledgeGraph({self.name!r}, {self.num_entities} entities, {self.num_relations} relations, "
+                f"train {len(self.train)}, valid {len(self.valid)}, test {len(self.test)})")
+
+
+# --------------------------------------------------------------------------------------------- reading
+def _read_text(path: Path) -> str:
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as fh:
+                data = fh.read()
+        else:
+            data = path.read_bytes()
+    except (OSError, EOFError, zlib.error) as exc:
+        kind = "not a valid gzip file" if path.name.endswith(".gz") and not isinstance(exc, FileNotFoundError) \
+            else "cannot read"
+        raise TriplesError(f"{path}: {kind} ({exc})", file=str(path)) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TriplesError(f"{path}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x})",
+                           file=str(path), line=line) from exc
+
+
+def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int]) -> np.ndarray:
+    """Parse one triples file, extending the two name->id maps; (n, 3) int64."""
+    text = _read_text(path)
+    ids: list[int] = []
+    append = ids.append
+    for lineno, line in enumerate(text.split("\n"), 1):
+        parts = line.split("\t")
+        if len(parts) != 3:
+            if not line.strip():
+                continue
+            raise TriplesError(f"{path}: line {lineno}: expected 3 tab-separated fields (head, relation, tail), "
+                               f"found {len(parts)}: {line[:80]!r}", file=str(path), line=lineno)
+        h, r, t = parts[0].strip(), parts[1].strip(), parts[2].strip()
+        if not (h and r and t):
+            which = "head" if not h else "relation" if not r else "tail"
+            raise TriplesError(f"{path}: line {lineno}: empty {which} name", file=str(path), line=lineno)
+        hid = entities.get(h)
+        if hid is None:
+            hid = entities[h] = len(entities)
+        rid = relations.get(r)
+        if rid is None:
+            rid = relations[r] = len(relations)
+        tid = entities.get(t)
+        if tid is None:
+            tid = entities[t] = len(entities)
+        append(hid)
+        append(rid)
+        append(tid)
+    return np.asarray(ids, dtype=np.int64).reshape(-1, 3)
+
+
+def find_split_files(folder: str | Path) -> dict[str, Path]:
+    """``{"train": path, "valid": path, "test": path}`` for a triples folder; :class:`TriplesError` if not one."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TriplesError(f"{folder}: not a folder with train/valid/test triples files", file=str(folder))
+    found: dict[str, Path] = {}
+    for split in SPLITS:
+        names = (split, "dev") if split == "valid" else (split,)
+        for name in names:
+            hits = [folder / f"{name}{suf}" for suf in _SUFFIXES if (folder / f"{name}{suf}").is_file()]
+            if len(hits) > 1:
+                raise TriplesError(f"{folder}: more than one {split} file ({', '.join(h.name for h in hits)}); "
+                                   "keep one", file=str(folder))
+            if hits:
+                found[split] = hits[0]
+                break
+    missing = [s for s in SPLITS if s not in found]
+    if missing:
+        raise TriplesError(f"{folder}: no {', '.join(missing)} file (expected <split>.txt, .tsv, .txt.gz or "
+                           ".tsv.gz for each of train, valid, test)", file=str(folder))
+    return found
+
+
+def is_kg_source(source: str | Path) -> bool:
+    """Whether ``source`` names a KG :func:`load_kg` reads (pykeen:/synthetic spec, triples or federated folder)."""
+    text = str(source)
+    if text.startswith(("pykeen:", "synthetic:")) or text == "synthetic":
+        return True
+    p = Path(source)
+    if not p.is_dir():
+        return False
+    if any((p / f"train{suf}").is_file() for suf in _SUFFIXES):
+        return True
+    return any(c.is_dir() and any((c / f"train{suf}").is_file() for suf in _SUFFIXES) for c in p.glob("client*"))
+
+
+def read_splits(folder: str | Path, entities: dict[str, int], relations: dict[str, int]) -> dict[str, np.ndarray]:
+    """Parse a folder's train/valid/test files into (n, 3) id arrays, extending the name->id maps in place."""
+    files = find_split_files(folder)
+    return {split: _parse_into(files[split], entities, relations) for split in SPLITS}
+
+
+def read_triples_folder(folder: str | Path, name: str | None = None,
+                        entities: dict[str, int] | None = None,
+                        relations: dict[str, int] | None = None) -> KnowledgeGraph:
+    """Read a train/valid/test triples folder; ids by first appearance (train, valid, test).
+
+    ``entities``/``relations``: name->id maps to extend (for a shared vocabulary across several folders);
+    they are updated in place.
+    """
+    ents = {} if entities is None else entities
+    rels = {} if relations is None else relations
+    arrays = read_splits(folder, ents, rels)
+    return KnowledgeGraph(name=name or Path(folder).name, entities=tuple(ents), relations=tuple(rels), **arrays)
+
+
+def pykeen_dataset_dir(name: str) -> Path:
+    """Folder of pykeen's shipped dataset ``name`` (nations, kinships, umls), found without importing pykeen."""
+    key = name.lower()
+    if key not in PYKEEN_DATASETS:
+        raise TriplesError(f"pykeen:{name}: unknown dataset; the pykeen wheel ships "
+                           f"{', '.join('pykeen:' + n for n in PYKEEN_DATASETS)}")
+    spec = importlib.util.find_spec("pykeen")
+    if spec is None or not spec.submodule_search_locations:
+        raise TriplesError(f"pykeen:{name}: pykeen is not installed; install the optional extra "
+                           "`pip install 'fednsl[kg]'` (or `pip install pykeen`) to read its datasets")
+    for base in spec.submodule_search_locations:
+        folder = Path(base) / "datasets" / key
+        if (folder / "train.txt").is_file():
+            return folder
+    raise TriplesError(f"pykeen:{name}: the installed pykeen has no datasets/{key}/train.txt "
+                       f"(looked in {', '.join(spec.submodule_search_locations)})")
+
+
+def load_kg(source: str | Path) -> KnowledgeGraph:
+    """Load a KG from a triples folder, ``pykeen:<name>`` or ``synthetic[:<seed>]`` (see the module doc)."""
+    text = str(source)
+    if text.startswith("pykeen:"):
+        name = text.split(":", 1)[1]
+        return read_triples_folder(pykeen_dataset_dir(name), name=f"pykeen:{name.lower()}")
+    if (text == "synthetic" or text.startswith("synthetic:")) and not Path(text).exists():
+        seed_text = text.partition(":")[2] or "0"
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            raise TriplesError(f"{text}: the seed must be an integer (synthetic:<seed>)") from None
+        from kg.kg_synthetic import planted_kg
+
+        return planted_kg(seed=seed)[0]
+    path = Path(source)
+    if not path.exists():
+        raise TriplesError(f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
+                           "pykeen:<name> or synthetic[:<seed>])", file=str(path))
+    if path.is_dir() and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES) \
+            and any(path.glob("client*/train*")):
+        from kg.kg_partition import read_federated_kg, union_kg
+
+        return union_kg(read_federated_kg(path), name=path.name)
+    return read_triples_folder(path)
+
+
+def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> list[Path]:
+    """Write ``kg`` as ``folder/{train,valid,test}.txt[.gz]`` (names, tab-separated); returns the files."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split in SPLITS:
+        lines = "".join(f"{kg.entities[h]}\t{kg.relations[r]}\t{kg.entities[t]}\n" for h, r, t in kg.split(split))
+        target = folder / f"{split}.txt{'.gz' if gz else ''}"
+        data = lines.encode("utf-8")
+        target.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+        written.append(target)
+    return written
+
+
+def top_relations(kg: KnowledgeGraph, k: int = 10) -> list[tuple[str, int]]:
+    """The ``k`` relations with the most triples over all splits, as (name, count)."""
+    counts = Counter(dict(zip(kg.relations, map(int, kg.relation_counts()))))
+    return counts.most_common(k if k > 0 else None)

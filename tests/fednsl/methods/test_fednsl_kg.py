@@ -1,0 +1,275 @@
+"""fednsl-kg: the V-EM loop on the planted-rule KG, centralised and federated, through the CLI and the Python API."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fednsl.cli.main import cli
+from fednsl.config import load_config
+from fednsl.federation.records import Message, validate
+from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets, strip
+from fednsl.methods.fednsl_kg.client import amie_counts, posterior_from_scores
+from fednsl.methods.fednsl_kg.messages import (
+    EVAL_SCHEMA,
+    decode_rank_sums,
+    encode_rank_sums,
+)
+from fednsl.methods.fednsl_kg.scoring import score_rules
+from fednsl.pipeline import build_federation, train
+from kg.grounding.sparse import SparseGraph
+from kg.kg_synthetic import planted_kg
+from kg.linkpred import RankingMetrics
+
+CONFIG = "configs/fednsl_kg_synthetic.yaml"
+SYNTH = {"num_families": 5}
+FAST = ["rounds=2", "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1}",
+        "method_kwargs.mining={samples_per_relation: 80, max_rules_per_head: 20}",
+        "method_kwargs.max_bodies=12", "method_kwargs.pool_top=8", "method_kwargs.num_samples=30",
+        "method_kwargs.report_valid=false", f"data.synthetic={json.dumps(SYNTH)}",
+        "method_kwargs.generator={pretrain_epochs: 1, epochs: 1, samples_per_epoch: 500}"]
+FED3 = [*FAST, "data.num_clients=3"]
+TEST_KEYS = ("test_mrr", "test_mr", "test_hits@1", "test_hits@3", "test_hits@10")
+
+
+def _invoke(args: list[str]) -> str:
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _equivalence_canon():
+    """Canonical body tokens under the planted length-1 rules (exact equivalences such as child_of = ~parent_of):
+    the family KG has many logically equal bodies, so "the planted rule" means its equivalence class."""
+    kg, planted = planted_kg(seed=0, **SYNTH)
+    R = kg.num_relations
+    root = list(range(2 * R))  # union-find over tokens; each class is named by its smallest token
+
+    def find(t: int) -> int:
+        while root[t] != t:
+            t = root[t]
+        return t
+    for r in planted:
+        if len(r.body) == 1:
+            for a, b in ((r.head, r.body[0]), (r.head + R, (r.body[0] + R) % (2 * R))):
+                ra, rb = find(a), find(b)
+                root[max(ra, rb)] = min(ra, rb)
+
+    def canon(body) -> tuple[int, ...]:
+        return tuple(find(int(t)) for t in body)
+    return kg, planted, canon
+
+
+@pytest.fixture(scope="module")
+def central(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("kg") / "central"
+    args = ["train", CONFIG, "--out", str(out), "--quiet"]
+    for o in FAST:
+        args += ["--set", o]
+    _invoke(args)
+    return out
+
+
+@pytest.fixture(scope="module")
+def federated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kg") / "fed"
+    return train(load_config(CONFIG, FED3), out, progress=False)
+
+
+def test_cli_run_writes_summary_metrics_and_bytes(central: Path) -> None:
+    s = json.loads((central / "summary.json").read_text())
+    for k in TEST_KEYS:
+        assert k in s and np.isfinite(s[k])
+    assert 0 < s["test_mrr"] <= 1 and s["test_mr"] >= 1 and s["test_hits@1"] <= s["test_hits@3"] <= s["test_hits@10"]
+    assert set(s["clients"]) == {"c0"} and s["clients"]["c0"]["test_mrr"] == pytest.approx(s["test_mrr"])
+    rows = [json.loads(line) for line in (central / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["scope"] == "server" and r["stage"] == "train"]
+    assert len(train_rows) == 2 and all(r["train.bytes_up"] > 0 and r["train.bytes_down"] > 0 for r in train_rows)
+
+
+def test_mrr_beats_no_rule_baseline(central: Path) -> None:
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    baseline, _ = score_rules([], kg, predictor={"epochs": 5, "eval_every": 5, "patience": 1})
+    s = json.loads((central / "summary.json").read_text())
+    assert s["test_mrr"] > baseline.compute()["mrr"] + 0.2
+
+
+def test_planted_rules_in_top5_through_cli(central: Path) -> None:
+    kg, planted, canon = _equivalence_canon()
+    R = kg.num_relations
+    per_head: dict[int, list[bool]] = {}
+    tops: dict[int, set[tuple[int, ...]]] = {}
+    for rule in planted:
+        out = _invoke(["rules", "list", str(central), "--head", kg.relations[rule.head], "--top", "5", "--format", "json"])
+        rows = json.loads(out)
+        assert 1 <= len(rows) <= 5 and all(r["measures"]["support"] is not None for r in rows)
+        tops[rule.head] = {canon(strip(r["tokens"], R)) for r in rows}
+        per_head.setdefault(rule.head, []).append(canon(rule.body) in tops[rule.head])
+    # the exact planted rules (length 1: inverse equivalences) are in the top 5 of their heads (all but at most
+    # one: with the test's tiny budget grandchild_of <- ~grandparent_of can lose to redundant detour bodies) ...
+    exact = {kg.relations[r.head]: canon(r.body) in tops[r.head] for r in planted if len(r.body) == 1}
+    assert sum(exact.values()) >= len(exact) - 1, f"exact planted rules missing from the top 5: {exact}"
+    # ... a regression guard, not the goal: KNOWN GAP — the multi-atom planted rules (grandparent_of <- parent_of,
+    # parent_of; uncle_of <- sibling_of, parent_of; great_grandparent_of <- ...) are not in the top 5 at this
+    # budget: redundant 3-atom detour bodies (r, ~r', r'') get as high an H(rule) and more mined support.
+    hit_heads = [h for h, hits in per_head.items() if any(hits)]
+    assert len(hit_heads) >= 3, f"planted rules in the top 5 only for {hit_heads}"
+
+
+def test_export_anyburl_and_amie_with_real_counts(central: Path, tmp_path: Path) -> None:
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    text = _invoke(["rules", "export", str(central), "--format", "anyburl"])
+    lines = [line.split("\t") for line in text.splitlines() if line.strip()]
+    assert lines and all(len(f) == 4 for f in lines)
+    # counts equal an independent recount of the rule on the training graph
+    graph = SparseGraph.from_triples(kg.train, kg.num_entities, kg.num_relations)
+    predicted, correct, _, rule = lines[0]
+    from rules.fol import RelationVocab
+    from rules.formats import parse_anyburl_rule
+    parsed = parse_anyburl_rule(rule, RelationVocab(kg.relations))
+    c = amie_counts(graph, parsed.head, [parsed.body])
+    assert (int(predicted), int(correct)) == (int(c.body_size[0]), int(c.support[0]))
+    amie = _invoke(["rules", "export", str(central), "--format", "amie"])
+    assert amie.splitlines()[0].startswith("Rule") and len(amie.splitlines()) == len(lines) + 1
+    # and another learner's file format scores through the same predictor and evaluator
+    (tmp_path / "rules.txt").write_text(text)
+    (tmp_path / "kg").mkdir()
+    for split in ("train", "valid", "test"):
+        arr = getattr(kg, split)
+        (tmp_path / "kg" / f"{split}.txt").write_text(
+            "".join(f"{kg.entities[h]}\t{kg.relations[r]}\t{kg.entities[t]}\n" for h, r, t in arr.tolist()))
+    out = _invoke(["rules", "score", str(tmp_path / "rules.txt"), "--kg", str(tmp_path / "kg"), "--format", "anyburl",
+                   "--top", "3", "--epochs", "5", "--json"])
+    scored = json.loads(out)
+    assert scored["queries"] == 2 * len(kg.test) and 0 < scored["mrr"] <= 1
+
+
+def test_rules_score_bad_input_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_text("no_such_relation(X,Y) <= parent_of(X,Y)\n")
+    res = CliRunner().invoke(cli, ["rules", "score", str(tmp_path / "bad.txt"), "--kg", "synthetic", "--format", "anyburl"])
+    assert res.exit_code == 2 and "no_such_relation" in res.output
+
+
+def test_federated_aggregate_equals_merged_client_sums(federated) -> None:
+    fed = federated.federation
+    s = json.loads((federated.run_dir / "summary.json").read_text())
+    assert len(fed.clients) == 3 and set(s["clients"]) == set(fed.clients)
+    merged = RankingMetrics()
+    for cid in sorted(fed.clients):
+        m = fed.clients[cid].ranking()
+        assert s["clients"][cid]["test_mrr"] == m.compute()["mrr"]
+        merged.merge(m)
+    expected = merged.compute()
+    for k in ("mrr", "mr", "hits@1", "hits@3", "hits@10"):
+        assert s[f"test_{k}"] == expected[k]
+    # relation partition: each client's relations are disjoint; queries = 2 per test triple over all clients
+    assert s["test_queries"] == sum(2 * len(c.part.test) for c in fed.clients.values())
+
+
+def test_seeded_runs_reproduce_exactly(federated, tmp_path: Path) -> None:
+    again = train(load_config(CONFIG, FED3), tmp_path / "again", progress=False)
+    a = json.loads((federated.run_dir / "summary.json").read_text())
+    b = json.loads((again.run_dir / "summary.json").read_text())
+    assert {k: a[k] for k in TEST_KEYS} == {k: b[k] for k in TEST_KEYS}
+    assert (federated.run_dir / "rules.tsv").read_text() == (again.run_dir / "rules.tsv").read_text()
+
+
+def test_local_only_trains_each_client_alone(tmp_path: Path) -> None:
+    res = train(load_config(CONFIG, [*FED3, "rounds=1", "method_kwargs.local_only=true"]), tmp_path / "lo",
+                progress=False)
+    s = json.loads((res.run_dir / "summary.json").read_text())
+    assert np.isfinite(s["test_mrr"]) and len(s["clients"]) == 3
+    assert sorted(p.name for p in (res.run_dir / "local").iterdir()) == sorted(s["clients"])
+    strategy = res.federation.strategy
+    assert len(strategy.groups) == 3  # one generator and pool per client, none shared
+
+
+def test_server_aggregation_changes_what_clients_score() -> None:
+    """Two different posterior uploads must give different round-2 rules, priors and client scores."""
+    fed = build_federation(load_config(CONFIG, FAST))
+    strategy, client = fed.strategy, fed.clients["c0"]
+    stats = client.train_stats(Message("train.stats", 1, config={"max_body_len": 3, "seed": 1}))
+    strategy.aggregate_train_stats(1, {"c0": stats}, {})
+    msg = strategy.configure_train(1, ["c0"])["c0"]
+    reply = client.train(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 2}))
+    flipped = copy.deepcopy(reply)
+    post, mask = flipped.arrays["posterior"], flipped.arrays["mask"]
+    for t in range(post.shape[0]):  # all mass on each head's last body instead of the client's posterior
+        if mask[t].any():
+            post[t] = 0.0
+            post[t, np.flatnonzero(mask[t])[-1]] = 1.0
+    validate(flipped, strategy.reply_schema("train"))
+    outs = []
+    for rep in (reply, flipped):
+        s = copy.deepcopy(strategy)
+        s.aggregate_train(1, {"c0": rep}, {})
+        m2 = s.configure_train(2, ["c0"])["c0"]
+        c = copy.deepcopy(client)
+        c.train(Message("train", 2, arrays=m2.arrays, config={**m2.config, "seed": 3}))
+        queries = np.stack([c.part.test[:, 0], c.part.test[:, 1]], 1)
+        import torch
+        outs.append((m2.arrays, c.predictor.score(torch.from_numpy(queries)).numpy()))
+    (a1, s1), (a2, s2) = outs
+    assert not (np.array_equal(a1["bodies"], a2["bodies"]) and np.allclose(a1["log_prior"], a2["log_prior"]))
+    assert not np.allclose(s1, s2)
+
+
+def test_rank_sums_round_trip_is_exact() -> None:
+    rng = np.random.default_rng(0)
+    m = RankingMetrics()
+    m.update_counts(rng.integers(0, 5000, 3000), rng.integers(1, 300, 3000))
+    limbs = encode_rank_sums(m)
+    validate(Message("evaluate", 1, "c", arrays={"rank_sums": limbs}, metrics={"queries": m.count}), EVAL_SCHEMA)
+    back = decode_rank_sums(limbs, m.count)
+    assert back.state_dict() == m.state_dict() and back.compute() == m.compute()
+
+
+def test_posterior_minimises_the_kl_regularised_objective() -> None:
+    """q = softmax((H + λ log p)/(1+λ)) minimises −E_q[H] − entropy(q) + λ KL(q‖p) (Eq. 2/11): no random
+    distribution does better."""
+    rng = np.random.default_rng(1)
+    s, p = rng.normal(size=6), rng.dirichlet(np.ones(6))
+    lam, tau, w = 0.7, 0.5, 0.2
+    q = posterior_from_scores(s, np.log(p), temperature=tau, prior_weight=w, kl_weight=lam, standardize=False)
+    H = s / tau + w * np.log(p)
+
+    def objective(x: np.ndarray) -> float:
+        return float(-(x * H).sum() + (x * np.log(x)).sum() + lam * (x * (np.log(x) - np.log(p))).sum())
+    best = objective(q)
+    for _ in range(500):
+        assert objective(rng.dirichlet(np.ones(6) * 0.5) + 1e-12) >= best - 1e-9
+    assert posterior_from_scores(s, np.zeros(6), temperature=1, prior_weight=0, kl_weight=0,
+                                 standardize=False) == pytest.approx(np.exp(s) / np.exp(s).sum())
+
+
+def test_mirror_and_query_rule_sets() -> None:
+    R = 4
+    assert mirror((0, 5, 2), R) == (6, 1, 4)
+    heads = np.array([1])
+    bodies = np.array([[[0, 5, 8], [2, 8, 8]]])
+    sets = query_rule_sets(heads, bodies, np.array([[True, True]]), R)
+    assert sets == {1: [(0, 5), (2,)], 5: [(1, 4), (6,)]}
+
+
+def test_bad_options_name_the_key() -> None:
+    with pytest.raises(ValueError, match="aggregator"):
+        build_federation(load_config(CONFIG, ["method_kwargs.aggregator=mean"]))
+    with pytest.raises(ValueError, match="partition"):
+        build_federation(load_config(CONFIG, ["data.partition=entity"]))
+    with pytest.raises(ValueError, match="no_such"):
+        build_federation(load_config(CONFIG, ["method_kwargs.no_such=1"]))
+
+
+def test_resume_equals_an_uninterrupted_run(federated, tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    train(load_config(CONFIG, [*FED3, "rounds=1"]), out, progress=False)
+    train(load_config(CONFIG, FED3), out, resume=True, progress=False)
+    a = json.loads((federated.run_dir / "summary.json").read_text())
+    b = json.loads((out / "summary.json").read_text())
+    assert {k: a[k] for k in TEST_KEYS} == {k: b[k] for k in TEST_KEYS}
+    assert (federated.run_dir / "rules.tsv").read_text() == (out / "rules.tsv").read_text()

@@ -1,0 +1,103 @@
+"""Relation- and triple-partitions of a KG, and FedLU's federated folders."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kg.kg_partition import client_relations, partition_kg, read_federated_kg, union_kg
+from kg.kg_synthetic import planted_kg
+from kg.triples import SPLITS, TriplesError, load_kg
+
+
+def _rows(arr: np.ndarray) -> list[tuple[int, ...]]:
+    return sorted(map(tuple, arr.tolist()))
+
+
+@pytest.mark.parametrize("by", ["relation", "triple"])
+@pytest.mark.parametrize("clients", [1, 3, 8])
+def test_parts_are_disjoint_cover_and_keep_vocabularies(by: str, clients: int) -> None:
+    kg, _ = planted_kg(seed=2)
+    parts = partition_kg(kg, clients, by=by, seed=7)
+    assert len(parts) == clients
+    for split in SPLITS:
+        together = np.concatenate([p.split(split) for p in parts])
+        assert _rows(together) == _rows(kg.split(split))  # a multiset cover: disjoint and complete
+    for p in parts:
+        assert p.entities == kg.entities and p.relations == kg.relations and p.name.startswith(kg.name)
+    union = union_kg(parts)
+    assert all(_rows(union.split(s)) == _rows(kg.split(s)) for s in SPLITS)
+
+
+def test_relation_partition_gives_disjoint_balanced_relation_sets() -> None:
+    kg, _ = planted_kg(seed=0)
+    parts = partition_kg(kg, 3, by="relation", seed=1)
+    rels = client_relations(parts)
+    assert sum(len(r) for r in rels) == kg.num_relations == len(set(np.concatenate(rels)))
+    assert max(map(len, rels)) - min(map(len, rels)) <= 1
+
+
+def test_triple_partition_sizes_differ_by_at_most_one() -> None:
+    kg, _ = planted_kg(seed=0)
+    parts = partition_kg(kg, 4, by="triple", seed=1)
+    for split in SPLITS:
+        sizes = [len(p.split(split)) for p in parts]
+        assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("by", ["relation", "triple"])
+def test_same_seed_same_partition_other_seed_other(by: str) -> None:
+    kg, _ = planted_kg(seed=0)
+    a, b, c = (partition_kg(kg, 4, by=by, seed=s) for s in (5, 5, 6))
+    assert all(np.array_equal(x.train, y.train) for x, y in zip(a, b))
+    assert not all(np.array_equal(x.train, y.train) for x, y in zip(a, c))
+
+
+def test_bad_partitions() -> None:
+    kg, _ = planted_kg(seed=0)
+    with pytest.raises(ValueError, match="cannot split 8 relations over 9 clients"):
+        partition_kg(kg, 9, by="relation")
+    with pytest.raises(ValueError, match="at least 1"):
+        partition_kg(kg, 0)
+    with pytest.raises(ValueError, match="unknown partition"):
+        partition_kg(kg, 2, by="entity")  # type: ignore[arg-type]
+
+
+def _client(folder: Path, k: int, lines: dict[str, str]) -> None:
+    sub = folder / f"client{k}"
+    sub.mkdir(parents=True)
+    for split, text in lines.items():
+        (sub / f"{split}.txt.gz").write_bytes(gzip.compress(text.encode()))
+
+
+def test_read_federated_kg_shares_one_vocabulary(tmp_path: Path) -> None:
+    _client(tmp_path / "fed", 1, {"train": "c\ts\ta\n", "valid": "", "test": "d\ts\tc\n"})
+    _client(tmp_path / "fed", 0, {"train": "a\tr\tb\n", "valid": "b\tr\tc\n", "test": ""})
+    parts = read_federated_kg(tmp_path / "fed")
+    assert [p.name for p in parts] == ["fed/client0", "fed/client1"]
+    assert parts[0].entities == parts[1].entities == ("a", "b", "c", "d")
+    assert parts[1].relations == ("r", "s")
+    np.testing.assert_array_equal(parts[1].train, [[2, 1, 0]])
+    union = load_kg(tmp_path / "fed")  # a federated folder loads as the centralised union
+    assert (len(union.train), len(union.valid), len(union.test)) == (2, 1, 1) and union.name == "fed"
+    (tmp_path / "fed" / "client3").mkdir()
+    with pytest.raises(TriplesError, match="expected client0..client2"):
+        read_federated_kg(tmp_path / "fed")
+    with pytest.raises(TriplesError, match="no client<K>"):
+        read_federated_kg(tmp_path / "fed" / "client0")
+
+
+def test_fedlu_r10(shared_data: Path) -> None:
+    folder = shared_data / "kg" / "fb15k237_fedlu_r10"
+    if not (folder / "client0" / "train.txt.gz").is_file():
+        pytest.skip(f"FedLU R10 not found at {folder}")
+    parts = read_federated_kg(folder)
+    assert len(parts) == 10 and parts[0].num_entities == 14541 and parts[0].num_relations == 237
+    rels = client_relations(parts)
+    assert all(23 <= len(r) <= 30 for r in rels) and len(set(np.concatenate(rels))) == sum(map(len, rels)) == 237
+    for p in parts:  # each client splits its triples 80/10/10
+        assert len(p.valid) == len(p.test) and abs(len(p.train) / len(p.all_triples()) - 0.8) < 0.01
+    assert sum(len(p.all_triples()) for p in parts) == 272115 + 17535 + 20466
