@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message
-from fednsl.federation.roles import Client
+from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl_kg.bodies import (
     merge_directions,
     mirror,
@@ -23,7 +24,7 @@ from fednsl.methods.fednsl_kg.bodies import (
     query_rule_sets,
     strip,
 )
-from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, torch_threads
+from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
 from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, encode_rank_sums
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
@@ -121,6 +122,7 @@ class FedNSLKGClient(Client):
         return self._graph
 
     # -- round 1: candidate bodies ------------------------------------------------------------------------------
+    @handles("train.stats")
     def train_stats(self, msg: Message) -> Message:
         """Mine chain-rule bodies on the local training graph; send them per forward head with their supports."""
         t0 = time.perf_counter()
@@ -162,6 +164,7 @@ class FedNSLKGClient(Client):
             return dict(self.predictor.fit(self.part.train, self.part.train, report, seed=seed, valid_triples=valid,
                                            num_relations=self.R) or {})
 
+    @handles("train")
     def train(self, msg: Message) -> Message:
         a = msg.arrays
         heads, mask, log_prior = a["heads"], a["mask"].astype(bool), a["log_prior"]
@@ -221,6 +224,7 @@ class FedNSLKGClient(Client):
             return evaluate_link_prediction(self.predictor.score, self.part, "test", self.cfg.eval_batch_size or None,
                                             self.filter_index)
 
+    @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         t0 = time.perf_counter()
         m = self.ranking()

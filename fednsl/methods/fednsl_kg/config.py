@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,23 +11,7 @@ from typing import Any
 from fednsl.config import REPO_ROOT
 from fednsl.registry import build_kwargs
 
-__all__ = ["FedNSLKGConfig", "KGDataConfig", "KGGeneratorOptions", "resolve_source", "torch_threads"]
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run a block with ``n`` torch intra-op threads (0: unchanged), restoring the previous setting."""
-    import torch
-
-    if n <= 0:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+__all__ = ["FedNSLKGConfig", "KGDataConfig", "KGGeneratorOptions", "resolve_source"]
 
 
 @dataclass

@@ -37,6 +37,7 @@ __all__ = [
     "STATS_SCHEMA",
     "TRAIN_METRICS",
     "TRAIN_SCHEMA",
+    "RULES_REQUEST_SCHEMA",
     "decode_rank_sums",
     "encode_rank_sums",
     "rank_sum_names",
@@ -64,6 +65,17 @@ TRAIN_SCHEMA = Schema(
         *(ArraySpec(name, "counts", "int", ("T", "J")) for name in COUNT_FIELDS),
     ),
     metrics=TRAIN_METRICS,
+)
+
+# server -> client: the round's rules of the client's group (T heads, J bodies each, padded with token 2R)
+RULES_REQUEST_SCHEMA = Schema(
+    arrays=(
+        ArraySpec("heads", "ids", "int", ("T",)),
+        ArraySpec("bodies", "ids", "int", ("T", "J", None)),
+        ArraySpec("log_prior", "scores", "float", ("T", "J")),
+        ArraySpec("mask", "mask", "bool", ("T", "J")),
+    ),
+    config=("use_prior", "counts"),
 )
 
 # Exact ranking sums: non-negative Python integers (2^-96 fixed point) split into int64 limbs of 62 bits.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,18 +30,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message, Schema
-from fednsl.federation.roles import Metrics, Strategy
+from fednsl.federation.roles import Metrics, Stage, Strategy
 from fednsl.methods.fednsl_kg.bodies import pad_bodies, strip
-from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, torch_threads
+from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
 from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVAL_SCHEMA,
+    RULES_REQUEST_SCHEMA,
     STATS_SCHEMA,
     TRAIN_SCHEMA,
     decode_rank_sums,
 )
 from kg.linkpred import RankingMetrics
+from kg.seeding import derive_seed
 from rules.generator import (
     GeneratorConfig,
     RuleGenerator,
@@ -60,8 +62,7 @@ TEST_KEYS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
 
 
 def _seed(seed: int, rnd: int, purpose: str) -> int:
-    ss = np.random.SeedSequence([int(seed), int(rnd), zlib.crc32(purpose.encode())])
-    return int(ss.generate_state(1, dtype=np.uint32)[0])
+    return derive_seed(int(seed), int(rnd), purpose)
 
 
 def planted_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
@@ -129,14 +130,17 @@ class FedNSLKGStrategy(Strategy):
         self.last_eval: dict[str, Any] = {}
 
     # -- stages ----------------------------------------------------------------------------------------------
+    def declare_stages(self) -> tuple[Stage, ...]:
+        """``train.stats`` (mined rules, round 1 until it succeeds), ``train`` (E-step / M-step), ``evaluate``."""
+        return (Stage("train.stats", self.configure_train_stats, self.aggregate_train_stats, reply=STATS_SCHEMA,
+                      request=Schema(config=("max_body_len",)), essential=True),
+                Stage("train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA,
+                      request=RULES_REQUEST_SCHEMA),
+                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=EVAL_SCHEMA,
+                      request=Schema()))
+
     def stages(self, rnd: int) -> Sequence[str]:
         return ("train", "evaluate") if self.initialised else ("train.stats", "train", "evaluate")
-
-    def reply_schema(self, stage: str) -> Schema:
-        schemas = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
-        if stage not in schemas:
-            return super().reply_schema(stage)
-        return schemas[stage]
 
     def _by_group(self, replies: Mapping[str, Message]) -> dict[str, dict[str, Message]]:
         out: dict[str, dict[str, Message]] = {}

@@ -49,6 +49,12 @@ TINY: dict[str, dict[str, Any]] = {
     "ts-ditto": {"config": "ts_ditto", "set": []},
     "ts-fedrep": {"config": "ts_fedrep", "set": ["method_kwargs.head_epochs=1"]},
     "ts-ifca": {"config": "ts_ifca", "set": ["method_kwargs.num_clusters=1"]},
+    "fednsl-kg": {"config": "fednsl_kg_synthetic", "set": [
+        "data.num_clients=3", 'data.synthetic={"num_families": 4}', "method_kwargs.max_bodies=8",
+        "method_kwargs.predictor={epochs: 3, eval_every: 3, patience: 1}", "method_kwargs.pool_top=6",
+        "method_kwargs.mining={samples_per_relation: 40, max_rules_per_head: 10}", "method_kwargs.num_samples=20",
+        "method_kwargs.report_valid=false",
+        "method_kwargs.generator={pretrain_epochs: 1, epochs: 1, samples_per_epoch: 200}"]},
 }
 _TS = {"fedstl", "logicp", "cp-ifca", "ts-fedbayes", "ts-fedavg", "ts-fedprox", "ts-ditto", "ts-fedrep", "ts-ifca"}
 
