@@ -39,7 +39,7 @@ import torch
 
 from bench._common import write_result
 from kg.grounding.sparse import SparseGraph
-from kg.triples import load_kg
+from kg.kg_sources import load_kg
 from rules.kg_mining import mine_chain_rules
 
 REPO = Path(__file__).resolve().parents[1]

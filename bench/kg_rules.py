@@ -29,8 +29,8 @@ import torch
 
 from bench._common import RESULTS, write_result
 from kg.grounding.sparse import SparseGraph
+from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
-from kg.triples import load_kg
 from rules.kg_mining import mine_chain_rules
 from rules.kg_predictor import PredictorConfig, RulePredictor
 

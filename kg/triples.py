@@ -1,4 +1,4 @@
-"""Knowledge graphs as triples: the reader for ``head<TAB>relation<TAB>tail`` files and ``load_kg``.
+"""Knowledge graphs as triples: the reader for ``head<TAB>relation<TAB>tail`` files (``kg.kg_sources.load_kg`` picks the source).
 
 Sources :func:`load_kg` accepts:
 
@@ -43,8 +43,7 @@ __all__ = [
     "TriplesError",
     "find_split_files",
     "is_kg_source",
-    "load_kg",
-    "pykeen_dataset_dir",
+        "pykeen_dataset_dir",
     "read_splits",
     "read_triples_folder",
     "top_relations",
@@ -267,33 +266,6 @@ def pykeen_dataset_dir(name: str) -> Path:
             return folder
     raise TriplesError(f"pykeen:{name}: the installed pykeen has no datasets/{key}/train.txt "
                        f"(looked in {', '.join(spec.submodule_search_locations)})")
-
-
-def load_kg(source: str | Path) -> KnowledgeGraph:
-    """Load a KG from a triples folder, ``pykeen:<name>`` or ``synthetic[:<seed>]`` (see the module doc)."""
-    text = str(source)
-    if text.startswith("pykeen:"):
-        name = text.split(":", 1)[1]
-        return read_triples_folder(pykeen_dataset_dir(name), name=f"pykeen:{name.lower()}")
-    if (text == "synthetic" or text.startswith("synthetic:")) and not Path(text).exists():
-        seed_text = text.partition(":")[2] or "0"
-        try:
-            seed = int(seed_text)
-        except ValueError:
-            raise TriplesError(f"{text}: the seed must be an integer (synthetic:<seed>)") from None
-        from kg.kg_synthetic import planted_kg
-
-        return planted_kg(seed=seed)[0]
-    path = Path(source)
-    if not path.exists():
-        raise TriplesError(f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
-                           "pykeen:<name> or synthetic[:<seed>])", file=str(path))
-    if path.is_dir() and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES) \
-            and any(path.glob("client*/train*")):
-        from kg.kg_partition import read_federated_kg, union_kg
-
-        return union_kg(read_federated_kg(path), name=path.name)
-    return read_triples_folder(path)
 
 
 def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> list[Path]:

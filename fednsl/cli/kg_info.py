@@ -13,7 +13,8 @@ from typing import Any
 import click
 import numpy as np
 
-from kg.triples import SPLITS, KnowledgeGraph, TriplesError, is_kg_source, load_kg
+from kg.kg_sources import load_kg
+from kg.triples import SPLITS, KnowledgeGraph, TriplesError, is_kg_source
 
 
 class KGInputError(click.ClickException):

@@ -39,7 +39,7 @@ def score(rule_file: Path, source: str, fmt: str, relations_file: Path | None, s
     (ties by expectation; pessimistic beside) on --split, so rule files of different tools meet one protocol."""
     from fednsl.methods.fednsl_kg.config import resolve_source
     from fednsl.methods.fednsl_kg.scoring import score_rules
-    from kg.triples import load_kg
+    from kg.kg_sources import load_kg
     from rules.fol import RelationVocab, Rule, RuleSyntaxError
     from rules.formats import (
         parse_amie,

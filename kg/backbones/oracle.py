@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from kg.seeding import derive_rng
 from kg.backbones.base import Backbone, ClientDocs, register_backbone
 from kg.documents import Document, Vocab
+from kg.seeding import derive_rng
 
 __all__ = ["OracleOptions", "NoisyOracle"]
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from kg.kg_partition import client_relations, partition_kg, read_federated_kg, union_kg
+from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
-from kg.triples import SPLITS, TriplesError, load_kg
+from kg.triples import SPLITS, TriplesError
 
 
 def _rows(arr: np.ndarray) -> list[tuple[int, ...]]:

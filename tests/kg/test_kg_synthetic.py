@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from kg.kg_sources import load_kg
 from kg.kg_synthetic import RELATIONS, planted_kg, rule_confidence
-from kg.triples import load_kg
 
 
 def test_same_seed_same_kg_other_seed_other_kg() -> None:

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kg.kg_sources import load_kg
 from kg.linkpred import (
     RankingMetrics,
     _filtered_ranks_sparse,
@@ -18,7 +19,7 @@ from kg.linkpred import (
     filtered_ranks,
     known_answers,
 )
-from kg.triples import KnowledgeGraph, load_kg
+from kg.triples import KnowledgeGraph
 
 
 def _metrics(scores: torch.Tensor, answers: torch.Tensor, mask: torch.Tensor | None) -> dict[str, float]:

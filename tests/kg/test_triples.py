@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from kg import triples as triples_mod
+from kg.kg_sources import load_kg
 from kg.triples import (
     KnowledgeGraph,
     TriplesError,
     is_kg_source,
-    load_kg,
     top_relations,
     write_triples,
 )

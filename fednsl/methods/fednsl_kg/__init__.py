@@ -22,8 +22,9 @@ from fednsl.methods.fednsl_kg.client import FedNSLKGClient
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, KGDataConfig, resolve_source
 from fednsl.methods.fednsl_kg.strategy import FedNSLKGStrategy
 from fednsl.registry import build_kwargs, register_method
+from kg.kg_sources import load_kg
 from kg.linkpred import known_answers
-from kg.triples import KnowledgeGraph, load_kg
+from kg.triples import KnowledgeGraph
 
 __all__ = ["FedNSLKGClient", "FedNSLKGConfig", "FedNSLKGStrategy", "KGDataConfig", "build_fednsl_kg", "load_parts"]
 

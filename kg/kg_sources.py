@@ -1,0 +1,39 @@
+"""Where a knowledge graph comes from: a triples folder, a federated ``clientK/`` folder (read as its union),
+``pykeen:<name>`` (the files shipped in the pykeen wheel) or ``synthetic[:<seed>]`` (the planted-rule KG).
+
+Kept apart from :mod:`kg.triples` (the reader) so that the reader, the partitions and the planted-rule generator
+do not import each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kg.kg_partition import read_federated_kg, union_kg
+from kg.kg_synthetic import planted_kg
+from kg.triples import _SUFFIXES, KnowledgeGraph, TriplesError, pykeen_dataset_dir, read_triples_folder
+
+__all__ = ["load_kg"]
+
+
+def load_kg(source: str | Path) -> KnowledgeGraph:
+    """Load a KG from a triples folder, ``pykeen:<name>`` or ``synthetic[:<seed>]`` (see the module doc)."""
+    text = str(source)
+    if text.startswith("pykeen:"):
+        name = text.split(":", 1)[1]
+        return read_triples_folder(pykeen_dataset_dir(name), name=f"pykeen:{name.lower()}")
+    if (text == "synthetic" or text.startswith("synthetic:")) and not Path(text).exists():
+        seed_text = text.partition(":")[2] or "0"
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            raise TriplesError(f"{text}: the seed must be an integer (synthetic:<seed>)") from None
+        return planted_kg(seed=seed)[0]
+    path = Path(source)
+    if not path.exists():
+        raise TriplesError(f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
+                           "pykeen:<name> or synthetic[:<seed>])", file=str(path))
+    if path.is_dir() and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES) \
+            and any(path.glob("client*/train*")):
+        return union_kg(read_federated_kg(path), name=path.name)
+    return read_triples_folder(path)
