@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fednsl.config import load_config
 from fednsl.common.torch_utils import torch_threads
+from fednsl.config import load_config
 from fednsl.methods.fednsl.features import PhiCache
 from fednsl.pipeline import train
 from kg.grounding import path_scores

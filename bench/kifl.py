@@ -87,8 +87,8 @@ def reference_alg1(fed: Any, cfg: Any) -> tuple[dict[str, float], float]:
     """Algorithm 1 written directly in PyTorch over the same clients (no engine, no messages)."""
     import torch
 
-    from fednsl.federation.runner import client_seed, sample_clients
     from fednsl.common.torch_utils import get_weights, set_weights
+    from fednsl.federation.runner import client_seed, sample_clients
 
     strat = fed.strategy
     theta = {k: v.copy() for k, v in strat.initial_weights.items()}

@@ -88,8 +88,8 @@ def gmm_reference(run: dict[str, Any], seed: int) -> dict[str, float]:
     from sklearn.mixture import GaussianMixture
 
     from fednsl.methods.fednsl_gmm.gmm import GMM, log_responsibilities
-    from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
     from fednsl.registry import build_kwargs
+    from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 
     data_cfg = build_kwargs(NumericDataConfig, run["data"], "data")
     pooled = np.concatenate([d.x_train for d in make_numeric_federation(data_cfg, seed).values()]).astype(np.float64)

@@ -37,20 +37,30 @@ class FederationConfig:
     dropped from that exchange (a hanging client never blocks a run); ``null`` waits for ever.
     """
 
-    fraction: float = 1.0            # share of clients sampled per round
-    min_clients: int = 1             # quorum: fewest replies a stage may aggregate
+    fraction: float = 1.0  # share of clients sampled per round
+    min_clients: int = 1  # quorum: fewest replies a stage may aggregate
     client_timeout_s: float | None = 3600.0  # a client slower than this is dropped from the exchange
-    parallelism: int = 1             # clients run at once (threads) in the in-process engine
-    evaluate_every: int = 1          # run the evaluate stage every k rounds (and at the last)
-    keep_checkpoints: int = 2        # newest checkpoints kept in RUN_DIR/checkpoints
-    on_quorum_loss: str = "skip"     # "skip" the stage (logged) or "abort" the run
+    parallelism: int = 1  # clients run at once (threads) in the in-process engine
+    evaluate_every: int = 1  # run the evaluate stage every k rounds (and at the last)
+    keep_checkpoints: int = 2  # newest checkpoints kept in RUN_DIR/checkpoints
+    on_quorum_loss: str = "skip"  # "skip" the stage (logged) or "abort" the run
     faults: dict[str, Any] = field(default_factory=dict)  # injected client faults (fednsl.federation.faults)
 
     def __post_init__(self) -> None:
-        check_types(self, "federation", {"fraction": "number", "min_clients": "int",
-                                         "client_timeout_s": "number|None", "parallelism": "int",
-                                         "evaluate_every": "int", "keep_checkpoints": "int",
-                                         "on_quorum_loss": "str", "faults": "mapping"})
+        check_types(
+            self,
+            "federation",
+            {
+                "fraction": "number",
+                "min_clients": "int",
+                "client_timeout_s": "number|None",
+                "parallelism": "int",
+                "evaluate_every": "int",
+                "keep_checkpoints": "int",
+                "on_quorum_loss": "str",
+                "faults": "mapping",
+            },
+        )
         for name in ("parallelism", "evaluate_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"federation.{name} must be >= 1, got {getattr(self, name)}")
@@ -62,7 +72,9 @@ class FederationConfig:
         if self.min_clients < 1:
             raise ValueError(f"federation.min_clients must be >= 1, got {self.min_clients}")
         if self.client_timeout_s is not None and not self.client_timeout_s > 0:
-            raise ValueError(f"federation.client_timeout_s must be > 0 (or null: no limit), got {self.client_timeout_s}")
+            raise ValueError(
+                f"federation.client_timeout_s must be > 0 (or null: no limit), got {self.client_timeout_s}"
+            )
         if self.on_quorum_loss not in ("skip", "abort"):
             raise ValueError(f"federation.on_quorum_loss must be 'skip' or 'abort', got {self.on_quorum_loss!r}")
 
@@ -80,17 +92,31 @@ class RunConfig:
     paper: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_types(self, "config", {"method": "str", "rounds": "int", "seed": "int", "method_kwargs": "mapping",
-                                     "data": "mapping", "engine": "str", "name": "str|None", "paper": "mapping",
-                                     "federation": "mapping|federation"})
+        check_types(
+            self,
+            "config",
+            {
+                "method": "str",
+                "rounds": "int",
+                "seed": "int",
+                "method_kwargs": "mapping",
+                "data": "mapping",
+                "engine": "str",
+                "name": "str|None",
+                "paper": "mapping",
+                "federation": "mapping|federation",
+            },
+        )
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if isinstance(self.federation, Mapping):
             self.federation = build_kwargs(FederationConfig, self.federation, "federation")
         n = self.data.get("num_clients")
         if isinstance(n, int) and not isinstance(n, bool) and 0 < n < self.federation.min_clients:
-            raise ValueError(f"federation.min_clients={self.federation.min_clients} exceeds data.num_clients={n}: "
-                             "no stage could ever reach its quorum")
+            raise ValueError(
+                f"federation.min_clients={self.federation.min_clients} exceeds data.num_clients={n}: "
+                "no stage could ever reach its quorum"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,8 +128,14 @@ class RunConfig:
         return build_kwargs(cls, raw, where)
 
 
-_TYPE_WORDS = {"int": "an integer", "number": "a number", "str": "a string", "mapping": "a mapping {key: value}",
-               "None": "null", "federation": "a federation section"}
+_TYPE_WORDS = {
+    "int": "an integer",
+    "number": "a number",
+    "str": "a string",
+    "mapping": "a mapping {key: value}",
+    "None": "null",
+    "federation": "a federation section",
+}
 
 
 def _is(kind: str, value: Any) -> bool:
@@ -168,7 +200,9 @@ def resolve_config_path(name: str | Path) -> Path:
     for cand in (CONFIG_DIR / f"{name}", CONFIG_DIR / f"{name}.yaml"):
         if cand.exists():
             return cand
-    raise FileNotFoundError(f"config {str(name)!r} not found (neither a file nor a shipped config; see `fednsl configs`)")
+    raise FileNotFoundError(
+        f"config {str(name)!r} not found (neither a file nor a shipped config; see `fednsl configs`)"
+    )
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:

@@ -69,5 +69,6 @@ def check_option_types(cls: type, kwargs: Mapping[str, Any], where: str) -> None
             continue
         value = kwargs[f.name]
         if _accepts(hints[f.name], value) is False:
-            raise ValueError(f"{where}: {f.name} must be {_describe(hints[f.name])}, got {value!r} "
-                             f"({type(value).__name__})")
+            raise ValueError(
+                f"{where}: {f.name} must be {_describe(hints[f.name])}, got {value!r} ({type(value).__name__})"
+            )

@@ -60,9 +60,16 @@ def build_federation(config: RunConfig) -> Federation:
     return load_methods().get(config.method).build(config)
 
 
-def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = False, progress: bool = True,
-          message_hook: MessageHook | None = None, federation: Federation | None = None,
-          start_over: bool = False) -> RunResult:
+def train(
+    config: RunConfig,
+    out: Path | str | None = None,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    message_hook: MessageHook | None = None,
+    federation: Federation | None = None,
+    start_over: bool = False,
+) -> RunResult:
     """Run a config to the end (or resume it) and write the run directory.
 
     RUN_DIR holds config.yaml, metrics.jsonl/.csv, checkpoints/, plots/, summary.json, run.log
@@ -89,17 +96,28 @@ def train(config: RunConfig, out: Path | str | None = None, *, resume: bool = Fa
         fed = federation if federation is not None else build_federation(config)
         fed = inject_faults(fed, config.federation.faults)  # no-op unless federation.faults is set
         if config.federation.min_clients > len(fed.clients):
-            raise ValueError(f"federation.min_clients={config.federation.min_clients} exceeds the "
-                             f"{len(fed.clients)} clients of this data: no stage could reach its quorum")
+            raise ValueError(
+                f"federation.min_clients={config.federation.min_clients} exceeds the "
+                f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
+            )
         engine = get_engine(config.engine)
         runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
         result = runner.run()
         plots = plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
-        summary = {"method": config.method, "config": config.name, "seed": config.seed,
-                   "rounds": config.rounds, "wall_time_s": time.perf_counter() - t0,
-                   "data": fed.summary, "plots": [str(p.relative_to(run_dir)) for p in plots],
-                   "final": {r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
-                             for r in result.rows if r["scope"] == "server" and r["round"] == config.rounds}}
+        summary = {
+            "method": config.method,
+            "config": config.name,
+            "seed": config.seed,
+            "rounds": config.rounds,
+            "wall_time_s": time.perf_counter() - t0,
+            "data": fed.summary,
+            "plots": [str(p.relative_to(run_dir)) for p in plots],
+            "final": {
+                r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
+                for r in result.rows
+                if r["scope"] == "server" and r["round"] == config.rounds
+            },
+        }
         extra = getattr(fed.strategy, "summary_metrics", None)
         if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
             summary.update(extra())

@@ -35,6 +35,7 @@ class Registry(Generic[T]):
             self._items[key] = obj
             self._docs[key] = doc
             return obj
+
         return deco
 
     def get(self, name: str) -> T:
@@ -80,9 +81,11 @@ METHODS: Registry[MethodSpec] = Registry("method")
 
 def register_method(name: str, doc: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for a method builder ``build(config: RunConfig) -> Federation``."""
+
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         METHODS.register(name)(MethodSpec(name=name, build=fn, doc=doc or (fn.__doc__ or "").strip().split("\n")[0]))
         return fn
+
     return deco
 
 
@@ -94,6 +97,7 @@ def load_methods() -> Registry[MethodSpec]:
     global _LOADED
     if not _LOADED:
         import fednsl.methods as pkg
+
         for info in pkgutil.iter_modules(pkg.__path__):
             importlib.import_module(f"fednsl.methods.{info.name}")
         _LOADED = True

@@ -72,8 +72,11 @@ def docred_files(path: Path) -> list[Path]:
     path = Path(path)
     if path.is_file():
         return [path]
-    files = [p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz"))
-             and p.name.removesuffix(".gz") not in _NOT_SPLITS]
+    files = [
+        p
+        for p in path.iterdir()
+        if p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name.removesuffix(".gz") not in _NOT_SPLITS
+    ]
     return sorted(files, key=lambda p: (_SPLIT_ORDER.get(split_of_file(p), 3), p.name))
 
 
@@ -111,7 +114,7 @@ def _open(path: Path, mode: str = "rt"):
 
 
 def _strip_type(name: str) -> str:
-    return name[len(_TYPE_PREFIX):] if name.startswith(_TYPE_PREFIX) else name
+    return name[len(_TYPE_PREFIX) :] if name.startswith(_TYPE_PREFIX) else name
 
 
 def _find_meta(path: Path, name: str) -> Path | None:
@@ -122,9 +125,9 @@ def _find_meta(path: Path, name: str) -> Path | None:
     return None
 
 
-def document_from_docred(obj: Any, *, file: str, split: str, report: LoadReport,
-                         type_vocab: Vocab | None, position: int
-                         ) -> tuple[Document, list[tuple[int, str, int]], list[str]]:
+def document_from_docred(
+    obj: Any, *, file: str, split: str, report: LoadReport, type_vocab: Vocab | None, position: int
+) -> tuple[Document, list[tuple[int, str, int]], list[str]]:
     """Convert one docred item; returns the document (facts filled later), named facts, raw type names.
 
     Raises :class:`DataError` naming ``file`` and the title on structural errors.
@@ -163,11 +166,14 @@ def document_from_docred(obj: Any, *, file: str, split: str, report: LoadReport,
             if not 0 <= sent < len(sents):
                 fail(f"entity {i}: mention {name!r} has sent_id {sent}, out of range [0, {len(sents)})")
             if not 0 <= s < e <= len(sents[sent]):
-                fail(f"entity {i}: mention {name!r} has pos [{s}, {e}) outside sentence {sent} "
-                     f"({len(sents[sent])} tokens)")
+                fail(
+                    f"entity {i}: mention {name!r} has pos [{s}, {e}) outside sentence {sent} "
+                    f"({len(sents[sent])} tokens)"
+                )
             vtypes.append(str(m.get("type", "")))
-            mentions.append(Mention(entity=i, start=starts[sent] + s, end=starts[sent] + e, text=name,
-                                    sent=sent, unit="token"))
+            mentions.append(
+                Mention(entity=i, start=starts[sent] + s, end=starts[sent] + e, text=name, sent=sent, unit="token")
+            )
         if len(set(vtypes)) > 1:
             report.resolved["mixed_mention_types_first"] += 1
         names.append(str(vertex[0]["name"]))
@@ -201,16 +207,23 @@ def document_from_docred(obj: Any, *, file: str, split: str, report: LoadReport,
     else:
         types = [0] * n
     doc = Document(
-        doc_id=doc_id, entity_names=names, entity_types=np.asarray(types, dtype=np.int64),
-        facts=np.zeros((0, 3), dtype=np.int64), split=split, mentions=mentions, tokens=tokens,
-        sentence_starts=starts if starts else [0], text=None,
+        doc_id=doc_id,
+        entity_names=names,
+        entity_types=np.asarray(types, dtype=np.int64),
+        facts=np.zeros((0, 3), dtype=np.int64),
+        split=split,
+        mentions=mentions,
+        tokens=tokens,
+        sentence_starts=starts if starts else [0],
+        text=None,
         meta={"file": file, "evidence_by_name": evidence},
     )
     return doc, facts, raw_types
 
 
-def read_docred(path: str | Path, *, relations: Vocab | None = None, entity_types: Vocab | None = None,
-                skip_bad: bool = False) -> Corpus:
+def read_docred(
+    path: str | Path, *, relations: Vocab | None = None, entity_types: Vocab | None = None, skip_bad: bool = False
+) -> Corpus:
     """Read a docred-style folder (all split files) or one file into a :class:`Corpus`.
 
     Vocabularies default to ``meta/rel2id.json`` (``"Na"`` removed) and ``meta/ner2id.json`` (``BLANK``
@@ -226,8 +239,12 @@ def read_docred(path: str | Path, *, relations: Vocab | None = None, entity_type
     if relations is None and (meta := _find_meta(path, "rel2id.json")) is not None:
         relations = Vocab.from_mapping(json.loads(meta.read_text(encoding="utf-8")), drop=("Na",), kind="relation")
     if entity_types is None and (meta := _find_meta(path, "ner2id.json")) is not None:
-        entity_types = Vocab.from_mapping(json.loads(meta.read_text(encoding="utf-8")),
-                                          drop=("BLANK", "blank"), strip_prefix=_TYPE_PREFIX, kind="entity type")
+        entity_types = Vocab.from_mapping(
+            json.loads(meta.read_text(encoding="utf-8")),
+            drop=("BLANK", "blank"),
+            strip_prefix=_TYPE_PREFIX,
+            kind="entity type",
+        )
 
     parsed: list[tuple[Document, list[tuple[int, str, int]], list[str]]] = []
     prefixed = False
@@ -243,15 +260,21 @@ def read_docred(path: str | Path, *, relations: Vocab | None = None, entity_type
             raise DataError(f"expected a JSON list of documents, got {type(items).__name__}", file=str(f))
         prefixed = prefixed or any(
             str(m.get("type", "")).startswith(_TYPE_PREFIX)
-            for obj in items[:1] if isinstance(obj, dict)
-            for vertex in obj.get("vertexSet", []) if isinstance(vertex, list)
-            for m in vertex if isinstance(m, dict)
+            for obj in items[:1]
+            if isinstance(obj, dict)
+            for vertex in obj.get("vertexSet", [])
+            if isinstance(vertex, list)
+            for m in vertex
+            if isinstance(m, dict)
         )
         for pos, obj in enumerate(items):
             local = LoadReport()
             try:
-                parsed.append(document_from_docred(obj, file=str(f), split=split_of_file(f), report=local,
-                                                   type_vocab=entity_types, position=pos))
+                parsed.append(
+                    document_from_docred(
+                        obj, file=str(f), split=split_of_file(f), report=local, type_vocab=entity_types, position=pos
+                    )
+                )
             except DataError as exc:
                 if not skip_bad:
                     raise
@@ -280,30 +303,43 @@ def read_docred(path: str | Path, *, relations: Vocab | None = None, entity_type
         validate_document(doc, len(relations), len(entity_types), file=file)
         docs.append(doc)
     docs = ensure_unique_ids(docs, report, skip_bad)
-    return Corpus(documents=docs, relations=relations, entity_types=entity_types, name=path.name, report=report,
-                  meta={"type_prefix": _TYPE_PREFIX if prefixed else "", "format": "docred"})
+    return Corpus(
+        documents=docs,
+        relations=relations,
+        entity_types=entity_types,
+        name=path.name,
+        report=report,
+        meta={"type_prefix": _TYPE_PREFIX if prefixed else "", "format": "docred"},
+    )
 
 
 def document_to_docred(doc: Document, relations: Vocab, entity_types: Vocab, type_prefix: str = "") -> dict[str, Any]:
     """One document as a docred item. Needs tokens and token mentions (every entity at least one)."""
     if doc.tokens is None:
-        raise DataError("has no tokens: the docred format needs tokenised text (DWIE annotations without the "
-                        "article text cannot be written as docred; see `fednsl data prepare dwie`)",
-                        doc_id=doc.doc_id)
+        raise DataError(
+            "has no tokens: the docred format needs tokenised text (DWIE annotations without the "
+            "article text cannot be written as docred; see `fednsl data prepare dwie`)",
+            doc_id=doc.doc_id,
+        )
     starts = list(doc.sentence_starts or [0])
     vertex: list[list[dict[str, Any]]] = [[] for _ in range(doc.num_entities)]
     for m in doc.mentions:
         if m.unit != "token":
             raise DataError(f"mention {m.text!r} is in {m.unit} offsets; docred needs token offsets", doc_id=doc.doc_id)
         base = starts[m.sent]
-        vertex[m.entity].append({
-            "name": m.text, "pos": [m.start - base, m.end - base], "sent_id": m.sent,
-            "type": type_prefix + entity_types[int(doc.entity_types[m.entity])],
-        })
+        vertex[m.entity].append(
+            {
+                "name": m.text,
+                "pos": [m.start - base, m.end - base],
+                "sent_id": m.sent,
+                "type": type_prefix + entity_types[int(doc.entity_types[m.entity])],
+            }
+        )
     for i, v in enumerate(vertex):
         if not v:
-            raise DataError(f"entity {i} ({doc.entity_names[i]!r}) has no mention; docred needs one per entity",
-                            doc_id=doc.doc_id)
+            raise DataError(
+                f"entity {i} ({doc.entity_names[i]!r}) has no mention; docred needs one per entity", doc_id=doc.doc_id
+            )
     evidence = doc.meta.get("evidence", {})
     labels = [
         {"h": int(h), "t": int(t), "r": relations[int(r)], "evidence": list(evidence.get((int(h), int(r), int(t)), []))}
@@ -326,8 +362,14 @@ def _fact_ref(docs: Iterable[Document], relations: Vocab) -> list[list[str]]:
     return [list(x) for x in sorted(out)]
 
 
-def write_docred(corpus: Corpus, directory: str | Path, *, compress: bool = False,
-                 type_prefix: str | None = None, fact_ref: bool = True) -> list[Path]:
+def write_docred(
+    corpus: Corpus,
+    directory: str | Path,
+    *,
+    compress: bool = False,
+    type_prefix: str | None = None,
+    fact_ref: bool = True,
+) -> list[Path]:
     """Write ``corpus`` as a docred-style folder (one file per split + ``meta/`` + ``ref/``).
 
     ``type_prefix`` defaults to ``corpus.meta['type_prefix']`` (``"type::"`` for DWIE-derived data).

@@ -80,8 +80,9 @@ class Vocab:
         object.__setattr__(self, "_index", seen)
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, int], *, drop: Iterable[str] = (), strip_prefix: str = "",
-                     kind: str = "name") -> Vocab:
+    def from_mapping(
+        cls, mapping: Mapping[str, int], *, drop: Iterable[str] = (), strip_prefix: str = "", kind: str = "name"
+    ) -> Vocab:
         """Vocabulary from a ``name -> id`` mapping (e.g. LogiRE's ``rel2id.json``), ordered by id.
 
         Names in ``drop`` (e.g. ``"Na"``, ``"BLANK"``) are removed and the rest renumbered ``0..``.
@@ -113,7 +114,7 @@ class Vocab:
 
 
 def _strip(name: str, prefix: str) -> str:
-    return name[len(prefix):] if prefix and name.startswith(prefix) else name
+    return name[len(prefix) :] if prefix and name.startswith(prefix) else name
 
 
 @dataclass(frozen=True)

@@ -62,27 +62,93 @@ __all__ = [
 
 #: The ten coarse entity types, in the order of LogiRE's ``meta/ner2id.json`` (spec §4).
 DWIE_COARSE_TYPES: tuple[str, ...] = (
-    "location", "organization", "person", "misc", "event", "ethnicity", "time", "role", "money", "other",
+    "location",
+    "organization",
+    "person",
+    "misc",
+    "event",
+    "ethnicity",
+    "time",
+    "role",
+    "money",
+    "other",
 )
 
 #: The 65 DWIE relations in the id order of LogiRE's ``meta/rel2id.json`` ("Na" removed; spec §4).
 DWIE_RELATIONS: tuple[str, ...] = (
-    "citizen_of", "in0", "in0-x", "gpe0", "member_of", "agent_of", "citizen_of-x", "head_of_gov",
-    "institution_of", "part_of", "based_in0", "based_in0-x", "head_of", "minister_of", "minister_of-x",
-    "based_in2", "product_of", "head_of_gov-x", "agent_of-x", "head_of_state", "head_of_state-x", "agency_of",
-    "agency_of-x", "ministry_of", "in2", "player_of", "event_in0", "mayor_of", "award_received", "parent_of",
-    "spouse_of", "child_of", "appears_in", "vs", "won_vs", "spokesperson_of", "in1", "based_in1",
-    "based_in1-x", "gpe1", "created_by", "law_of", "coach_of", "event_in2", "signed_by", "based_in2-x",
-    "present_in0", "event_in", "directed_by", "character_in", "plays_in", "is_meeting", "sanctions", "sibling",
-    "advisor_of", "brand_of", "event_in0-x", "artifact_of", "gpe2", "played_by", "artifact_of-x", "founder_of",
-    "royalty_of", "event_in1", "publisher",
+    "citizen_of",
+    "in0",
+    "in0-x",
+    "gpe0",
+    "member_of",
+    "agent_of",
+    "citizen_of-x",
+    "head_of_gov",
+    "institution_of",
+    "part_of",
+    "based_in0",
+    "based_in0-x",
+    "head_of",
+    "minister_of",
+    "minister_of-x",
+    "based_in2",
+    "product_of",
+    "head_of_gov-x",
+    "agent_of-x",
+    "head_of_state",
+    "head_of_state-x",
+    "agency_of",
+    "agency_of-x",
+    "ministry_of",
+    "in2",
+    "player_of",
+    "event_in0",
+    "mayor_of",
+    "award_received",
+    "parent_of",
+    "spouse_of",
+    "child_of",
+    "appears_in",
+    "vs",
+    "won_vs",
+    "spokesperson_of",
+    "in1",
+    "based_in1",
+    "based_in1-x",
+    "gpe1",
+    "created_by",
+    "law_of",
+    "coach_of",
+    "event_in2",
+    "signed_by",
+    "based_in2-x",
+    "present_in0",
+    "event_in",
+    "directed_by",
+    "character_in",
+    "plays_in",
+    "is_meeting",
+    "sanctions",
+    "sibling",
+    "advisor_of",
+    "brand_of",
+    "event_in0-x",
+    "artifact_of",
+    "gpe2",
+    "played_by",
+    "artifact_of-x",
+    "founder_of",
+    "royalty_of",
+    "event_in1",
+    "publisher",
 )
 
 _DOC_FILE = re.compile(r"(^|/)DW_[^/]*\.json$")
 
 
-def coarse_type(tags: list[str], coarse: tuple[str, ...] = DWIE_COARSE_TYPES,
-                untyped: str = "other") -> tuple[str, str]:
+def coarse_type(
+    tags: list[str], coarse: tuple[str, ...] = DWIE_COARSE_TYPES, untyped: str = "other"
+) -> tuple[str, str]:
     """``(type, how)`` for a concept's tag list; ``how`` is ``"single"``, ``"multi"`` or ``"untyped"``."""
     found = [t[6:] for t in tags if t.startswith("type::") and t[6:] in coarse]
     if len(found) == 1:
@@ -95,8 +161,12 @@ def coarse_type(tags: list[str], coarse: tuple[str, ...] = DWIE_COARSE_TYPES,
 def find_meta(path: Path, name: str) -> Path | None:
     """``meta/<name>`` beside the data: in ``path``, its parent, or a ``docred_style`` sibling folder."""
     base = path if path.is_dir() else path.parent
-    for cand in (base / "meta" / name, base / "docred_style" / "meta" / name,
-                 base.parent / "meta" / name, base.parent / "docred_style" / "meta" / name):
+    for cand in (
+        base / "meta" / name,
+        base / "docred_style" / "meta" / name,
+        base.parent / "meta" / name,
+        base.parent / "docred_style" / "meta" / name,
+    ):
         if cand.is_file():
             return cand
     return None
@@ -124,8 +194,13 @@ def is_dwie_source(path: Path) -> bool:
 
 def _annos_dir(path: Path) -> Path | None:
     """The folder holding ``DW_*.json`` files under ``path`` (content version preferred)."""
-    for cand in (path / "data" / "annos_with_content", path / "annos_with_content", path / "data" / "annos",
-                 path / "annos", path):
+    for cand in (
+        path / "data" / "annos_with_content",
+        path / "annos_with_content",
+        path / "data" / "annos",
+        path / "annos",
+        path,
+    ):
         if cand.is_dir() and any(cand.glob("DW_*.json")):
             return cand
     return None
@@ -148,9 +223,12 @@ def iter_dwie_json(path: str | Path) -> Iterator[tuple[str, Any]]:
                         assert fh is not None
                         raw.append((f"{path}:{m.name}", fh.read()))
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-            raise DataError(f"truncated or corrupt archive after {len(raw)} documents "
-                            f"({type(exc).__name__}: {exc or 'unexpected end of data'}); expected a complete "
-                            "tar(.gz) of DW_*.json files", file=str(path)) from None
+            raise DataError(
+                f"truncated or corrupt archive after {len(raw)} documents "
+                f"({type(exc).__name__}: {exc or 'unexpected end of data'}); expected a complete "
+                "tar(.gz) of DW_*.json files",
+                file=str(path),
+            ) from None
         for name, data in sorted(raw):
             yield name, _parse(data, name)
         return
@@ -175,8 +253,9 @@ def _doc_id_from_file(name: str) -> str:
     return Path(name.rsplit(":", 1)[-1]).stem
 
 
-def document_from_dwie(obj: dict[str, Any], *, file: str, type_vocab: Vocab, report: LoadReport,
-                       untyped: str = "other") -> tuple[Document, list[tuple[int, str, int]]]:
+def document_from_dwie(
+    obj: dict[str, Any], *, file: str, type_vocab: Vocab, report: LoadReport, untyped: str = "other"
+) -> tuple[Document, list[tuple[int, str, int]]]:
     """Convert one DWIE JSON object; returns the document (without facts) and its facts with relation names.
 
     Counts dropped concepts/relations and type resolutions into ``report``. Raises :class:`DataError`
@@ -242,8 +321,14 @@ def document_from_dwie(obj: dict[str, Any], *, file: str, type_vocab: Vocab, rep
         names.append(str(c.get("text") or mentioned[cid][0]["text"]))
 
     mentions = [
-        Mention(entity=index[m["concept"]], start=int(m["begin"]), end=int(m["end"]), text=str(m["text"]),
-                sent=0, unit="char")
+        Mention(
+            entity=index[m["concept"]],
+            start=int(m["begin"]),
+            end=int(m["end"]),
+            text=str(m["text"]),
+            sent=0,
+            unit="char",
+        )
         for m in obj["mentions"]
     ]
     facts: list[tuple[int, str, int]] = []
@@ -279,8 +364,14 @@ def document_from_dwie(obj: dict[str, Any], *, file: str, type_vocab: Vocab, rep
     return doc, facts
 
 
-def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types: Vocab | None = None,
-              skip_bad: bool = False, untyped: str = "other") -> Corpus:
+def read_dwie(
+    path: str | Path,
+    *,
+    relations: Vocab | None = None,
+    entity_types: Vocab | None = None,
+    skip_bad: bool = False,
+    untyped: str = "other",
+) -> Corpus:
     """Read DWIE annotations into a :class:`Corpus` (documents sorted by id).
 
     ``relations``: the relation vocabulary; by default ``meta/rel2id.json`` beside the data, else
@@ -296,8 +387,9 @@ def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types:
     if entity_types is None:
         meta = find_meta(path, "ner2id.json")
         if meta is not None:
-            entity_types = Vocab.from_mapping(json.loads(meta.read_text()), drop=("blank", "BLANK"),
-                                              strip_prefix="type::", kind="entity type")
+            entity_types = Vocab.from_mapping(
+                json.loads(meta.read_text()), drop=("blank", "BLANK"), strip_prefix="type::", kind="entity type"
+            )
         else:
             entity_types = Vocab(DWIE_COARSE_TYPES, kind="entity type")
 
@@ -335,8 +427,14 @@ def read_dwie(path: str | Path, *, relations: Vocab | None = None, entity_types:
     docs = ensure_unique_ids(sorted(docs, key=lambda d: d.doc_id), report, skip_bad)
     if not docs and not report.skipped:
         raise DataError(f"no DWIE documents found under {path}")
-    return Corpus(documents=docs, relations=relations, entity_types=entity_types, name="dwie", report=report,
-                  meta={"type_prefix": "type::", "format": "dwie"})
+    return Corpus(
+        documents=docs,
+        relations=relations,
+        entity_types=entity_types,
+        name="dwie",
+        report=report,
+        meta={"type_prefix": "type::", "format": "dwie"},
+    )
 
 
 def tokenize_documents(corpus: Corpus, nlp: Any = None) -> Corpus:
@@ -353,20 +451,42 @@ def tokenize_documents(corpus: Corpus, nlp: Any = None) -> Corpus:
     docs = []
     for doc in corpus.documents:
         if doc.text is None:
-            raise DataError("has no article text; run DWIE's src/dwie_download.py first (data/annos_with_content)",
-                            file=doc.meta.get("file"), doc_id=doc.doc_id)
+            raise DataError(
+                "has no article text; run DWIE's src/dwie_download.py first (data/annos_with_content)",
+                file=doc.meta.get("file"),
+                doc_id=doc.doc_id,
+            )
         sdoc = nlp.make_doc(doc.text)
         mentions = []
         for m in doc.mentions:
             span = sdoc.char_span(m.start, m.end, alignment_mode="expand")
             if span is None or len(span) == 0:
-                raise DataError(f"mention {m.text!r} [{m.start}, {m.end}) covers no token",
-                                file=doc.meta.get("file"), doc_id=doc.doc_id)
-            mentions.append(Mention(entity=m.entity, start=span.start, end=span.end, text=m.text, sent=0,
-                                    unit="token"))
+                raise DataError(
+                    f"mention {m.text!r} [{m.start}, {m.end}) covers no token",
+                    file=doc.meta.get("file"),
+                    doc_id=doc.doc_id,
+                )
+            mentions.append(Mention(entity=m.entity, start=span.start, end=span.end, text=m.text, sent=0, unit="token"))
         mentions.sort(key=lambda m: (m.entity, m.start, m.end))
-        docs.append(Document(doc_id=doc.doc_id, entity_names=list(doc.entity_names), entity_types=doc.entity_types,
-                             facts=doc.facts, split=doc.split, mentions=mentions, tokens=[t.text for t in sdoc],
-                             sentence_starts=[0], text=doc.text, meta=dict(doc.meta)))
-    return Corpus(documents=docs, relations=corpus.relations, entity_types=corpus.entity_types, name=corpus.name,
-                  report=corpus.report, meta=dict(corpus.meta))
+        docs.append(
+            Document(
+                doc_id=doc.doc_id,
+                entity_names=list(doc.entity_names),
+                entity_types=doc.entity_types,
+                facts=doc.facts,
+                split=doc.split,
+                mentions=mentions,
+                tokens=[t.text for t in sdoc],
+                sentence_starts=[0],
+                text=doc.text,
+                meta=dict(doc.meta),
+            )
+        )
+    return Corpus(
+        documents=docs,
+        relations=corpus.relations,
+        entity_types=corpus.entity_types,
+        name=corpus.name,
+        report=corpus.report,
+        meta=dict(corpus.meta),
+    )

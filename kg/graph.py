@@ -85,8 +85,9 @@ def batch_dgl(docs: Sequence[Document], num_relations: int, relation_names: Sequ
     return import_dgl().batch([to_dgl(d, num_relations, relation_names) for d in docs])
 
 
-def relation_tensor(doc: Document, num_relations: int, values: Any = None,
-                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def relation_tensor(
+    doc: Document, num_relations: int, values: Any = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Dense (N, N, 2R + 1) tensor of ``doc``.
 
     ``values`` None: gold 0/1, ``T[h, t, r] = 1`` for every fact ``(h, r, t)``. Otherwise ``values`` is an
@@ -104,19 +105,24 @@ def relation_tensor(doc: Document, num_relations: int, values: Any = None,
     else:
         base = torch.as_tensor(values).to(dtype)
         if tuple(base.shape) != (n, n, r_):
-            raise DataError(f"values have shape {tuple(base.shape)}, expected (N, N, R) = ({n}, {n}, {r_})",
-                            doc_id=doc.doc_id)
+            raise DataError(
+                f"values have shape {tuple(base.shape)}, expected (N, N, R) = ({n}, {n}, {r_})", doc_id=doc.doc_id
+            )
         if base.numel() and (bool(torch.isnan(base).any()) or base.min() < 0 or base.max() > 1):
             raise DataError("values must be probabilities in [0, 1] (apply a sigmoid to logits)", doc_id=doc.doc_id)
     out = torch.empty((n, n, 2 * r_ + 1), dtype=dtype)
     out[..., :r_] = base
-    out[..., r_:2 * r_] = base.transpose(0, 1)
+    out[..., r_ : 2 * r_] = base.transpose(0, 1)
     out[..., 2 * r_] = torch.eye(n, dtype=dtype)
     return out
 
 
-def batch_relation_tensors(docs: Sequence[Document], num_relations: int, values: Sequence[Any] | None = None,
-                           dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_relation_tensors(
+    docs: Sequence[Document],
+    num_relations: int,
+    values: Sequence[Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack :func:`relation_tensor` over ``docs``, zero-padded to the largest N.
 
     Returns ``(T, mask)``: T (B, Nmax, Nmax, 2R + 1) and mask (B, Nmax) bool (True = real entity). Padded

@@ -57,8 +57,10 @@ def detect_format(path: str | Path) -> str:
             obj = None
         if isinstance(obj, dict) and set(obj) <= {f.name for f in _config_fields()} | {"seed"}:
             return "synthetic"
-    raise DataError(f"cannot tell the format of {p}: expected DWIE annotations (dwie_annos.tar.gz, DW_*.json), a "
-                    "docred-style folder/file (train_annotated.json, dev.json, test.json) or a synthetic folder")
+    raise DataError(
+        f"cannot tell the format of {p}: expected DWIE annotations (dwie_annos.tar.gz, DW_*.json), a "
+        "docred-style folder/file (train_annotated.json, dev.json, test.json) or a synthetic folder"
+    )
 
 
 def _config_fields() -> tuple[dataclasses.Field, ...]:
@@ -95,9 +97,15 @@ def _load_synthetic(path: str | Path) -> Corpus:
         corpus = read_docred(p)
         rules = rules_from_manifest(p)
         corpus.name = "synthetic"
-        corpus.meta.update({"format": "synthetic", "seed": manifest.get("seed"),
-                            "ner_groups": manifest.get("ner_groups"), "planted_rules": [r.text for r in rules],
-                            "config": manifest.get("config")})
+        corpus.meta.update(
+            {
+                "format": "synthetic",
+                "seed": manifest.get("seed"),
+                "ner_groups": manifest.get("ner_groups"),
+                "planted_rules": [r.text for r in rules],
+                "config": manifest.get("config"),
+            }
+        )
         return corpus
     if p.suffix in (".yaml", ".yml"):
         import yaml

@@ -24,20 +24,24 @@ from kg.triples import SPLITS, KnowledgeGraph, TriplesError, read_splits
 __all__ = ["client_relations", "partition_kg", "read_federated_kg", "union_kg"]
 
 
-def partition_kg(kg: KnowledgeGraph, num_clients: int, by: Literal["relation", "triple"] = "relation",
-                 seed: int = 0) -> list[KnowledgeGraph]:
+def partition_kg(
+    kg: KnowledgeGraph, num_clients: int, by: Literal["relation", "triple"] = "relation", seed: int = 0
+) -> list[KnowledgeGraph]:
     """Split ``kg`` into ``num_clients`` disjoint parts covering all its triples (module doc)."""
     if num_clients < 1:
         raise ValueError(f"num_clients must be at least 1, got {num_clients}")
     rng = np.random.default_rng(seed)
     if by == "relation":
         if num_clients > kg.num_relations:
-            raise ValueError(f"{kg.name}: cannot split {kg.num_relations} relations over {num_clients} clients "
-                             "by relation (use by='triple' or fewer clients)")
+            raise ValueError(
+                f"{kg.name}: cannot split {kg.num_relations} relations over {num_clients} clients "
+                "by relation (use by='triple' or fewer clients)"
+            )
         owner = np.empty(kg.num_relations, dtype=np.int64)
         owner[rng.permutation(kg.num_relations)] = np.arange(kg.num_relations) % num_clients
-        pieces = {split: [kg.split(split)[owner[kg.split(split)[:, 1]] == c] for c in range(num_clients)]
-                  for split in SPLITS}
+        pieces = {
+            split: [kg.split(split)[owner[kg.split(split)[:, 1]] == c] for c in range(num_clients)] for split in SPLITS
+        }
     elif by == "triple":
         pieces = {}
         for split in SPLITS:
@@ -61,8 +65,9 @@ def union_kg(parts: Sequence[KnowledgeGraph], name: str | None = None) -> Knowle
     for p in parts[1:]:
         if p.entities != first.entities or p.relations != first.relations:
             raise ValueError(f"{p.name}: vocabulary differs from {first.name}'s; parts must share ids")
-    return first.replace(name=name or first.name.split("/")[0],
-                         **{s: np.concatenate([p.split(s) for p in parts]) for s in SPLITS})
+    return first.replace(
+        name=name or first.name.split("/")[0], **{s: np.concatenate([p.split(s) for p in parts]) for s in SPLITS}
+    )
 
 
 def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
@@ -78,16 +83,29 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
         if match and sub.is_dir():
             clients.append((int(match.group(1)), sub))
     if not clients:
-        raise TriplesError(f"{folder}: no client<K>/ folders with train/valid/test triples (FedLU layout)",
-                           file=str(folder))
+        raise TriplesError(
+            f"{folder}: no client<K>/ folders with train/valid/test triples (FedLU layout)", file=str(folder)
+        )
     clients.sort()
     ids = [k for k, _ in clients]
     if ids != list(range(len(ids))):
-        raise TriplesError(f"{folder}: client folders are {', '.join(f'client{k}' for k in ids)}; expected "
-                           f"client0..client{len(ids) - 1}", file=str(folder))
+        raise TriplesError(
+            f"{folder}: client folders are {', '.join(f'client{k}' for k in ids)}; expected "
+            f"client0..client{len(ids) - 1}",
+            file=str(folder),
+        )
     entities: dict[str, int] = {}
     relations: dict[str, int] = {}
     arrays = [read_splits(sub, entities, relations) for _, sub in clients]
     ents, rels = tuple(entities), tuple(relations)
-    return [KnowledgeGraph(name=f"{folder.name}/client{k}", entities=ents, relations=rels, **arr)
-            for (k, _), arr in zip(clients, arrays)]
+    return [
+        KnowledgeGraph(
+            name=f"{folder.name}/client{k}",
+            entities=ents,
+            relations=rels,
+            train=arr["train"],
+            valid=arr["valid"],
+            test=arr["test"],
+        )
+        for (k, _), arr in zip(clients, arrays)
+    ]

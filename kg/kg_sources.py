@@ -31,9 +31,15 @@ def load_kg(source: str | Path) -> KnowledgeGraph:
         return planted_kg(seed=seed)[0]
     path = Path(source)
     if not path.exists():
-        raise TriplesError(f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
-                           "pykeen:<name> or synthetic[:<seed>])", file=str(path))
-    if path.is_dir() and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES) \
-            and any(path.glob("client*/train*")):
+        raise TriplesError(
+            f"{path}: no such file or folder (expected a folder with train/valid/test triples, "
+            "pykeen:<name> or synthetic[:<seed>])",
+            file=str(path),
+        )
+    if (
+        path.is_dir()
+        and not any((path / f"train{suf}").is_file() for suf in _SUFFIXES)
+        and any(path.glob("client*/train*"))
+    ):
         return union_kg(read_federated_kg(path), name=path.name)
     return read_triples_folder(path)

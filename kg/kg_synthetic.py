@@ -31,8 +31,16 @@ from kg.triples import KnowledgeGraph
 
 __all__ = ["PLANTED", "RELATIONS", "PlantedRule", "planted_kg", "rule_confidence"]
 
-RELATIONS = ("parent_of", "child_of", "spouse_of", "sibling_of", "grandparent_of", "grandchild_of",
-             "great_grandparent_of", "uncle_of")
+RELATIONS = (
+    "parent_of",
+    "child_of",
+    "spouse_of",
+    "sibling_of",
+    "grandparent_of",
+    "grandchild_of",
+    "great_grandparent_of",
+    "uncle_of",
+)
 
 # head <- body, by relation name; "inv_" marks an inverse body atom
 PLANTED: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -73,8 +81,9 @@ def _relation_id(name: str) -> int:
     return RELATIONS.index(name)
 
 
-def _families(rng: np.random.Generator, num_families: int, generations: int, max_children: int,
-              marriage_prob: float) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
+def _families(
+    rng: np.random.Generator, num_families: int, generations: int, max_children: int, marriage_prob: float
+) -> tuple[int, list[tuple[int, int]], list[tuple[int, int]]]:
     """People count, (parent, child) pairs and (spouse, spouse) couples."""
     people = 0
     parent_child: list[tuple[int, int]] = []
@@ -124,9 +133,16 @@ def _closure(num: int, parent_child: list[tuple[int, int]], couples: list[tuple[
     return rel
 
 
-def planted_kg(num_families: int = 10, generations: int = 4, max_children: int = 3, marriage_prob: float = 0.85,
-               drop: float = 0.1, noise: float = 0.02, split: Sequence[float] = (0.8, 0.1, 0.1),
-               seed: int = 0) -> tuple[KnowledgeGraph, list[PlantedRule]]:
+def planted_kg(
+    num_families: int = 10,
+    generations: int = 4,
+    max_children: int = 3,
+    marriage_prob: float = 0.85,
+    drop: float = 0.1,
+    noise: float = 0.02,
+    split: Sequence[float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+) -> tuple[KnowledgeGraph, list[PlantedRule]]:
     """The planted-rule family KG and its rules (module doc). Defaults: about 200–270 people, 1,100–1,600 triples (seed 0: 196 entities, 1,126 triples)."""
     if not (0 <= drop < 1 and noise >= 0 and generations >= 1 and max_children >= 1 and num_families >= 1):
         raise ValueError("planted_kg needs 0 <= drop < 1, noise >= 0 and positive sizes")
@@ -150,16 +166,30 @@ def planted_kg(num_families: int = 10, generations: int = 4, max_children: int =
     triples = triples[rng.permutation(len(triples))]
     n_train = round(split[0] * len(triples))
     n_valid = round(split[1] * len(triples))
-    kg = KnowledgeGraph(name=f"synthetic:{seed}", entities=tuple(f"person{i:04d}" for i in range(num_e)),
-                        relations=RELATIONS, train=triples[:n_train], valid=triples[n_train:n_train + n_valid],
-                        test=triples[n_train + n_valid:])
-    rules = [PlantedRule(head=_relation_id(h), body=tuple(_relation_id(b) for b in body), head_name=h,
-                         body_names=body, confidence=1.0 - drop) for h, body in PLANTED]
+    kg = KnowledgeGraph(
+        name=f"synthetic:{seed}",
+        entities=tuple(f"person{i:04d}" for i in range(num_e)),
+        relations=RELATIONS,
+        train=triples[:n_train],
+        valid=triples[n_train : n_train + n_valid],
+        test=triples[n_train + n_valid :],
+    )
+    rules = [
+        PlantedRule(
+            head=_relation_id(h),
+            body=tuple(_relation_id(b) for b in body),
+            head_name=h,
+            body_names=body,
+            confidence=1.0 - drop,
+        )
+        for h, body in PLANTED
+    ]
     return kg, rules
 
 
-def rule_confidence(kg: KnowledgeGraph, head: int, body: Sequence[int],
-                    splits: Sequence[str] = ("train", "valid", "test")) -> tuple[int, int, float]:
+def rule_confidence(
+    kg: KnowledgeGraph, head: int, body: Sequence[int], splits: Sequence[str] = ("train", "valid", "test")
+) -> tuple[int, int, float]:
     """(support, body pairs, confidence) of ``head(X,Y) <- body`` over the named splits.
 
     Body pairs: distinct (X, Y) joined by at least one body path; support: those with ``head(X, Y)``.

@@ -85,7 +85,7 @@ class FilterIndex:
     def answers(self, entity: int, relation: int) -> np.ndarray:
         """Sorted known answers of (entity, relation, ?)."""
         lo, hi = self._ranges(np.asarray([[entity, relation]], dtype=np.int64))
-        return self._answers[lo[0]:hi[0]].copy()
+        return self._answers[lo[0] : hi[0]].copy()
 
     def pairs(self, queries: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(B, 2) queries -> (rows, cols): query index and known answer of every known fact, int64 (m,)."""
@@ -105,8 +105,9 @@ class FilterIndex:
         return out.to(device) if device is not None else out
 
 
-def known_answers(kg_or_parts: KnowledgeGraph | Sequence[KnowledgeGraph],
-                  splits: Sequence[str] = SPLITS) -> FilterIndex:
+def known_answers(
+    kg_or_parts: KnowledgeGraph | Sequence[KnowledgeGraph], splits: Sequence[str] = SPLITS
+) -> FilterIndex:
     """The filter set: known answers from the named splits (default train ∪ valid ∪ test), with inverses.
 
     ``kg_or_parts``: one KG, or the parts of a federated KG (same vocabularies; the union is used).
@@ -117,15 +118,18 @@ def known_answers(kg_or_parts: KnowledgeGraph | Sequence[KnowledgeGraph],
     first = parts[0]
     for p in parts[1:]:
         if p.num_entities != first.num_entities or p.num_relations != first.num_relations:
-            raise ValueError(f"{p.name}: vocabulary ({p.num_entities} entities, {p.num_relations} relations) "
-                             f"differs from {first.name}'s ({first.num_entities}, {first.num_relations})")
+            raise ValueError(
+                f"{p.name}: vocabulary ({p.num_entities} entities, {p.num_relations} relations) "
+                f"differs from {first.name}'s ({first.num_entities}, {first.num_relations})"
+            )
     triples = np.concatenate([p.all_triples(splits) for p in parts], axis=0)
     return FilterIndex(triples, first.num_entities, first.num_relations)
 
 
 # ---------------------------------------------------------------------------------------------- ranks
-def filtered_ranks(scores: torch.Tensor, answers: torch.Tensor,
-                   filter_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def filtered_ranks(
+    scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Expected and pessimistic filtered ranks of each answer.
 
     ``scores``: (B, E), higher is better; ``answers``: (B,) entity ids; ``filter_mask``: (B, E) bool, True at
@@ -134,7 +138,9 @@ def filtered_ranks(scores: torch.Tensor, answers: torch.Tensor,
     with ``n`` the tied block including the answer.
     """
     if scores.dim() != 2 or answers.shape != (scores.shape[0],):
-        raise ValueError(f"scores must be (B, E) and answers (B,); got {tuple(scores.shape)} and {tuple(answers.shape)}")
+        raise ValueError(
+            f"scores must be (B, E) and answers (B,); got {tuple(scores.shape)} and {tuple(answers.shape)}"
+        )
     scores = torch.nan_to_num(scores, nan=-float("inf"))
     answers = answers.to(device=scores.device, dtype=torch.long)
     rows = torch.arange(scores.shape[0], device=scores.device)
@@ -146,8 +152,9 @@ def filtered_ranks(scores: torch.Tensor, answers: torch.Tensor,
     return higher.double() + (tied.double() + 1) / 2, higher + tied
 
 
-def _filtered_ranks_sparse(scores: torch.Tensor, answers: torch.Tensor, rows: torch.Tensor,
-                           cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _filtered_ranks_sparse(
+    scores: torch.Tensor, answers: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`filtered_ranks` with the filter given as (rows, cols) pairs: two dense passes instead of six."""
     if bool(torch.isnan(scores).any()):
         scores = torch.nan_to_num(scores, nan=-float("inf"))
@@ -177,7 +184,9 @@ def _higher_and_tied(expected: torch.Tensor, pessimistic: torch.Tensor) -> tuple
     return higher, tied
 
 
-def expected_metrics(higher: np.ndarray, tied: np.ndarray, hits_at: Iterable[int] = (1, 3, 10)) -> dict[str, np.ndarray]:
+def expected_metrics(
+    higher: np.ndarray, tied: np.ndarray, hits_at: Iterable[int] = (1, 3, 10)
+) -> dict[str, np.ndarray]:
     """Per-query expectations over the tied block (module doc): ``rr``, ``rank``, ``hits@k``; float64 (B,)."""
     higher = np.asarray(higher, dtype=np.int64)
     tied = np.asarray(tied, dtype=np.int64)
@@ -279,8 +288,9 @@ class RankingMetrics:
 
 
 # --------------------------------------------------------------------------------------- batched eval
-def link_prediction_queries(triples: np.ndarray, num_relations: int,
-                            directions: Sequence[str] = ("tail", "head")) -> tuple[np.ndarray, np.ndarray]:
+def link_prediction_queries(
+    triples: np.ndarray, num_relations: int, directions: Sequence[str] = ("tail", "head")
+) -> tuple[np.ndarray, np.ndarray]:
     """(n, 3) triples -> queries (m, 2) [entity, relation in 0..2R-1] and answers (m,).
 
     ``tail``: (h, r) -> t; ``head``: asked as (t, r + R) -> h. Tail queries first, then head queries.
@@ -301,12 +311,19 @@ def link_prediction_queries(triples: np.ndarray, num_relations: int,
     return np.concatenate(qs), np.concatenate(ans)
 
 
-def evaluate_link_prediction(score_fn: Callable[[torch.Tensor], torch.Tensor], kg: KnowledgeGraph,
-                             split: str = "test", batch_size: int | None = None,
-                             filter_with: FilterIndex | KnowledgeGraph | Sequence[KnowledgeGraph] | None = None,
-                             *, directions: Sequence[str] = ("tail", "head"), max_memory_bytes: int = 256 << 20,
-                             metrics: RankingMetrics | None = None, triples: np.ndarray | None = None,
-                             device: torch.device | str | None = None) -> RankingMetrics:
+def evaluate_link_prediction(
+    score_fn: Callable[[torch.Tensor], torch.Tensor],
+    kg: KnowledgeGraph,
+    split: str = "test",
+    batch_size: int | None = None,
+    filter_with: FilterIndex | KnowledgeGraph | Sequence[KnowledgeGraph] | None = None,
+    *,
+    directions: Sequence[str] = ("tail", "head"),
+    max_memory_bytes: int = 256 << 20,
+    metrics: RankingMetrics | None = None,
+    triples: np.ndarray | None = None,
+    device: torch.device | str | None = None,
+) -> RankingMetrics:
     """Filtered ranking of every query of ``kg``'s ``split`` (or of ``triples``) under ``score_fn``.
 
     ``score_fn(queries)``: (B, 2) LongTensor [entity, relation in 0..2R-1] -> (B, E) scores.
@@ -321,18 +338,21 @@ def evaluate_link_prediction(score_fn: Callable[[torch.Tensor], torch.Tensor], k
     else:
         index = known_answers(filter_with)
     if index.num_entities != kg.num_entities or index.num_relations != kg.num_relations:
-        raise ValueError(f"{kg.name}: the filter set's vocabulary ({index.num_entities} entities, "
-                         f"{index.num_relations} relations) differs from the KG's")
-    queries, answers = link_prediction_queries(kg.split(split) if triples is None else triples,
-                                               kg.num_relations, directions)
+        raise ValueError(
+            f"{kg.name}: the filter set's vocabulary ({index.num_entities} entities, "
+            f"{index.num_relations} relations) differs from the KG's"
+        )
+    queries, answers = link_prediction_queries(
+        kg.split(split) if triples is None else triples, kg.num_relations, directions
+    )
     num_e = kg.num_entities
     if batch_size is None:
         batch_size = max(1, int(max_memory_bytes // (16 * max(num_e, 1))))
     out = RankingMetrics() if metrics is None else metrics
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
-            q = torch.from_numpy(queries[start:start + batch_size])
-            a = torch.from_numpy(answers[start:start + batch_size])
+            q = torch.from_numpy(queries[start : start + batch_size])
+            a = torch.from_numpy(answers[start : start + batch_size])
             if device is not None:
                 q, a = q.to(device), a.to(device)
             scores = score_fn(q)
@@ -341,6 +361,7 @@ def evaluate_link_prediction(score_fn: Callable[[torch.Tensor], torch.Tensor], k
                 raise ValueError(f"score_fn returned {shape} for {len(q)} queries; expected ({len(q)}, {num_e})")
             rows, cols = index.pairs(q)
             expected, pessimistic = _filtered_ranks_sparse(
-                scores, a, torch.from_numpy(rows).to(scores.device), torch.from_numpy(cols).to(scores.device))
+                scores, a, torch.from_numpy(rows).to(scores.device), torch.from_numpy(cols).to(scores.device)
+            )
             out.update(expected, pessimistic)
     return out

@@ -155,8 +155,12 @@ class ClientPartition:
         return self.train + self.holdout + self.test
 
     def sizes(self) -> dict[str, int]:
-        return {"documents": len(self.documents), "train": len(self.train), "holdout": len(self.holdout),
-                "test": len(self.test)}
+        return {
+            "documents": len(self.documents),
+            "train": len(self.train),
+            "holdout": len(self.holdout),
+            "test": len(self.test),
+        }
 
     def doc_ids(self, part: str = "train") -> list[str]:
         return [d.doc_id for d in getattr(self, part)]
@@ -200,8 +204,14 @@ def split_sizes(num_documents: int, num_clients: int) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(num_clients)]
 
 
-def split_clients(corpus: Corpus, num_clients: int = 4, groups: NerGroupSplit | Sequence[Sequence[str]] | None = None,
-                  seed: int = 0, test_ratio: float = 0.25, holdout: float = 0.1) -> list[ClientPartition]:
+def split_clients(
+    corpus: Corpus,
+    num_clients: int = 4,
+    groups: NerGroupSplit | Sequence[Sequence[str]] | None = None,
+    seed: int = 0,
+    test_ratio: float = 0.25,
+    holdout: float = 0.1,
+) -> list[ClientPartition]:
     """Partition the eligible documents of ``corpus`` into ``num_clients`` clients (see module docstring).
 
     ``groups``: a :class:`NerGroupSplit`, a sequence of type-name groups, or None for
@@ -227,7 +237,7 @@ def split_clients(corpus: Corpus, num_clients: int = 4, groups: NerGroupSplit | 
     out = []
     offset = 0
     for c, size in enumerate(split_sizes(len(docs), num_clients)):
-        mine = [docs[int(k)] for k in order[offset:offset + size]]
+        mine = [docs[int(k)] for k in order[offset : offset + size]]
         offset += size
         n_test = _round(size * test_ratio)
         perm = rng.permutation(size)
@@ -236,15 +246,17 @@ def split_clients(corpus: Corpus, num_clients: int = 4, groups: NerGroupSplit | 
         n_hold = _round(len(train_all) * holdout)
         hperm = rng.permutation(len(train_all))
         hold_idx = set(hperm[:n_hold].tolist())
-        out.append(ClientPartition(
-            client=c,
-            seen=combos[c % len(combos)],
-            unseen=combos[(c + 1) % len(combos)],
-            train=[d for k, d in enumerate(train_all) if k not in hold_idx],
-            holdout=[d for k, d in enumerate(train_all) if k in hold_idx],
-            test=test,
-            meta={"groups": [list(g) for g in split.groups], "seed": seed, "excluded": excluded},
-        ))
+        out.append(
+            ClientPartition(
+                client=c,
+                seen=combos[c % len(combos)],
+                unseen=combos[(c + 1) % len(combos)],
+                train=[d for k, d in enumerate(train_all) if k not in hold_idx],
+                holdout=[d for k, d in enumerate(train_all) if k in hold_idx],
+                test=test,
+                meta={"groups": [list(g) for g in split.groups], "seed": seed, "excluded": excluded},
+            )
+        )
     return out
 
 
@@ -263,8 +275,11 @@ def query_mask(doc: Document, combo: Combo, include_diagonal: bool = False) -> n
 def partition_stats(part: ClientPartition) -> dict[str, int]:
     """Document counts plus query pairs and gold facts (off-diagonal) of the seen/unseen combos."""
     stats = dict(part.sizes())
-    for name, docs, combo in (("seen_train", part.seen_train, part.seen), ("seen_test", part.test, part.seen),
-                              ("unseen_test", part.test, part.unseen)):
+    for name, docs, combo in (
+        ("seen_train", part.seen_train, part.seen),
+        ("seen_test", part.test, part.seen),
+        ("unseen_test", part.test, part.unseen),
+    ):
         pairs = facts = 0
         for d in docs:
             m = query_mask(d, combo)

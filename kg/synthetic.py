@@ -68,20 +68,44 @@ DEFAULT_BASE_RELATIONS: tuple[tuple[str, str, str], ...] = (
 #: Planted rules of the default set: every head–tail group combo of the default groups
 #: A = {location, organization}, B = {person, event} has rules; lengths 1–3, with inverses.
 DEFAULT_RULES: tuple[str, ...] = (
-    "based_in_region <- based_in, in0",                 # A->A, length 2
-    "hosts <- ~based_in",                               # A->A, length 1, inverse
-    "venue_of <- ~event_in",                            # A->B, length 1, inverse
-    "sponsor_of <- ~member_of, participant_in",         # A->B, length 2
-    "works_in <- member_of, based_in",                  # B->A, length 2
-    "works_in_region <- member_of, based_in, in0",      # B->A, length 3
-    "travelled_to <- participant_in, event_in",         # B->A, length 2
-    "colleague_of <- member_of, ~member_of",            # B->B, length 2
+    "based_in_region <- based_in, in0",  # A->A, length 2
+    "hosts <- ~based_in",  # A->A, length 1, inverse
+    "venue_of <- ~event_in",  # A->B, length 1, inverse
+    "sponsor_of <- ~member_of, participant_in",  # A->B, length 2
+    "works_in <- member_of, based_in",  # B->A, length 2
+    "works_in_region <- member_of, based_in, in0",  # B->A, length 3
+    "travelled_to <- participant_in, event_in",  # B->A, length 2
+    "colleague_of <- member_of, ~member_of",  # B->B, length 2
     "co_participant_of <- participant_in, ~participant_in",  # B->B, length 2
-    "family_member_of <- spouse_of, member_of",         # B->A, length 2
+    "family_member_of <- spouse_of, member_of",  # B->A, length 2
 )
 
-_SYLLABLES = ("ka", "lo", "mi", "ra", "ven", "dor", "ta", "sel", "ri", "an", "bo", "ul", "zen", "mar", "qui",
-              "fe", "ho", "lin", "gar", "tes", "vo", "ny", "pra", "mo")
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "ven",
+    "dor",
+    "ta",
+    "sel",
+    "ri",
+    "an",
+    "bo",
+    "ul",
+    "zen",
+    "mar",
+    "qui",
+    "fe",
+    "ho",
+    "lin",
+    "gar",
+    "tes",
+    "vo",
+    "ny",
+    "pra",
+    "mo",
+)
 
 
 @dataclass(frozen=True)
@@ -202,8 +226,7 @@ def _step(sig: dict[str, tuple[str, str]], atom: str) -> tuple[str, str]:
     return (b, a) if inv else (a, b)
 
 
-def _random_rules(config: PlantedRuleConfig, sig: dict[str, tuple[str, str]], rng: np.random.Generator
-                  ) -> list[str]:
+def _random_rules(config: PlantedRuleConfig, sig: dict[str, tuple[str, str]], rng: np.random.Generator) -> list[str]:
     base = [name for name, _, _ in config.base_relations]
     atoms = base + ["~" + b for b in base]
     out: list[str] = []
@@ -213,8 +236,11 @@ def _random_rules(config: PlantedRuleConfig, sig: dict[str, tuple[str, str]], rn
             start = config.entity_types[int(rng.integers(len(config.entity_types)))]
             cur, body = start, []
             for _ in range(length):
-                choices = [a for a in atoms if _step(sig, a)[0] == cur
-                           and not (body and (a == "~" + body[-1] or "~" + a == body[-1]))]
+                choices = [
+                    a
+                    for a in atoms
+                    if _step(sig, a)[0] == cur and not (body and (a == "~" + body[-1] or "~" + a == body[-1]))
+                ]
                 if not choices:
                     break
                 atom = choices[int(rng.integers(len(choices)))]
@@ -228,8 +254,9 @@ def _random_rules(config: PlantedRuleConfig, sig: dict[str, tuple[str, str]], rn
     return out
 
 
-def _resolve_rules(config: PlantedRuleConfig, rng: np.random.Generator
-                   ) -> tuple[list[PlantedRule], dict[str, tuple[str, str]], list[str]]:
+def _resolve_rules(
+    config: PlantedRuleConfig, rng: np.random.Generator
+) -> tuple[list[PlantedRule], dict[str, tuple[str, str]], list[str]]:
     """Parse + type-check the planted rules; returns rules, all signatures, head order (dependencies first)."""
     sig = _signatures(config)
     base = set(sig)
@@ -238,8 +265,10 @@ def _resolve_rules(config: PlantedRuleConfig, rng: np.random.Generator
     heads = list(dict.fromkeys(h for h, _ in parsed))
     for h in heads:
         if h in base:
-            raise DataError(f"planted rule head {h!r} is a base relation; heads must be derived relations so that "
-                            "their confidence is controlled")
+            raise DataError(
+                f"planted rule head {h!r} is a base relation; heads must be derived relations so that "
+                "their confidence is controlled"
+            )
     # head signatures from bodies, resolving heads used in other bodies (dependency order, cycles rejected)
     order: list[str] = []
     pending = dict.fromkeys(heads)
@@ -255,8 +284,10 @@ def _resolve_rules(config: PlantedRuleConfig, rng: np.random.Generator
                 for atom in body:
                     a, b = _step(sig, atom)
                     if cur is not None and a != cur:
-                        raise DataError(f"rule {format_rule(h, body)!r} is not type-consistent: {atom!r} starts at "
-                                        f"{a!r} but the chain is at {cur!r}")
+                        raise DataError(
+                            f"rule {format_rule(h, body)!r} is not type-consistent: {atom!r} starts at "
+                            f"{a!r} but the chain is at {cur!r}"
+                        )
                     start = a if start is None else start
                     cur = b
                 ends.add((start, cur))
@@ -346,8 +377,9 @@ def generate(config: PlantedRuleConfig | None = None, seed: int = 0) -> tuple[Co
             typed = np.outer(etypes == types.index(sig[h][0]), etypes == types.index(sig[h][1])) & off_diag
             u = rng.random((n, n))
             mats[h] = (u < conf) | (typed & ~supported & (rng.random((n, n)) < config.noise))
-        facts = np.asarray([(x, relations.index(r), y) for r in relations.names
-                            for x, y in zip(*np.nonzero(mats[r]))], dtype=np.int64).reshape(-1, 3)
+        facts = np.asarray(
+            [(x, relations.index(r), y) for r in relations.names for x, y in zip(*np.nonzero(mats[r]))], dtype=np.int64
+        ).reshape(-1, 3)
 
         used: set[str] = set()
         names = [_name(rng, used) for _ in range(n)]
@@ -368,24 +400,53 @@ def generate(config: PlantedRuleConfig | None = None, seed: int = 0) -> tuple[Co
         for s, (toks, ments) in enumerate(sentences):
             starts.append(len(tokens))
             for e, pos in ments:
-                mentions.append(Mention(entity=e, start=len(tokens) + pos, end=len(tokens) + pos + 1,
-                                        text=names[e], sent=s, unit="token"))
+                mentions.append(
+                    Mention(
+                        entity=e,
+                        start=len(tokens) + pos,
+                        end=len(tokens) + pos + 1,
+                        text=names[e],
+                        sent=s,
+                        unit="token",
+                    )
+                )
             tokens.extend(toks)
         # order mentions entity-major (the docred layout), so written and re-read documents compare equal
         mentions.sort(key=lambda m: (m.entity, m.start))
-        docs.append(Document(doc_id=f"SYN_{i:05d}", entity_names=names, entity_types=etypes.astype(np.int64),
-                             facts=facts, split="test" if i in test_ids else "train", mentions=mentions,
-                             tokens=tokens, sentence_starts=starts))
+        docs.append(
+            Document(
+                doc_id=f"SYN_{i:05d}",
+                entity_names=names,
+                entity_types=etypes.astype(np.int64),
+                facts=facts,
+                split="test" if i in test_ids else "train",
+                mentions=mentions,
+                tokens=tokens,
+                sentence_starts=starts,
+            )
+        )
     report = LoadReport(source=f"synthetic(seed={seed})", format="synthetic")
-    corpus = Corpus(documents=docs, relations=relations, entity_types=type_vocab, name="synthetic", report=report,
-                    meta={"type_prefix": "type::", "format": "synthetic", "seed": seed,
-                          "ner_groups": [list(g) for g in config.ner_groups],
-                          "planted_rules": [r.text for r in rules], "config": config.to_dict()})
+    corpus = Corpus(
+        documents=docs,
+        relations=relations,
+        entity_types=type_vocab,
+        name="synthetic",
+        report=report,
+        meta={
+            "type_prefix": "type::",
+            "format": "synthetic",
+            "seed": seed,
+            "ner_groups": [list(g) for g in config.ner_groups],
+            "planted_rules": [r.text for r in rules],
+            "config": config.to_dict(),
+        },
+    )
     return corpus, rules
 
 
-def write(directory: str | Path, config: PlantedRuleConfig | None = None, seed: int = 0, *,
-          compress: bool = False) -> Path:
+def write(
+    directory: str | Path, config: PlantedRuleConfig | None = None, seed: int = 0, *, compress: bool = False
+) -> Path:
     """Generate and write the corpus in docred format + ``planted_rules.txt`` + ``synthetic.json``."""
     from kg.docred import write_docred
 
@@ -393,13 +454,27 @@ def write(directory: str | Path, config: PlantedRuleConfig | None = None, seed: 
     corpus, rules = generate(config, seed)
     directory = Path(directory)
     write_docred(corpus, directory, compress=compress)
-    write_rules(directory / RULES_FILE, rules,
-                header=f"Planted rules of the fednsl synthetic corpus (seed {seed}); confidences in {MANIFEST}.")
+    write_rules(
+        directory / RULES_FILE,
+        rules,
+        header=f"Planted rules of the fednsl synthetic corpus (seed {seed}); confidences in {MANIFEST}.",
+    )
     manifest = {
-        "generator": "kg.synthetic", "seed": seed, "config": config.to_dict(),
+        "generator": "kg.synthetic",
+        "seed": seed,
+        "config": config.to_dict(),
         "ner_groups": [list(g) for g in config.ner_groups],
-        "rules": [{"text": r.text, "head": r.head, "body": list(r.body), "confidence": r.confidence,
-                   "head_type": r.head_type, "tail_type": r.tail_type} for r in rules],
+        "rules": [
+            {
+                "text": r.text,
+                "head": r.head,
+                "body": list(r.body),
+                "confidence": r.confidence,
+                "head_type": r.head_type,
+                "tail_type": r.tail_type,
+            }
+            for r in rules
+        ],
     }
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     return directory
@@ -408,5 +483,7 @@ def write(directory: str | Path, config: PlantedRuleConfig | None = None, seed: 
 def rules_from_manifest(directory: str | Path) -> list[PlantedRule]:
     """The planted rules stored by :func:`write`."""
     data = json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8"))
-    return [PlantedRule(r["head"], tuple(r["body"]), float(r["confidence"]), r.get("head_type", ""),
-                        r.get("tail_type", "")) for r in data["rules"]]
+    return [
+        PlantedRule(r["head"], tuple(r["body"]), float(r["confidence"]), r.get("head_type", ""), r.get("tail_type", ""))
+        for r in data["rules"]
+    ]

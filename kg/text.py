@@ -51,8 +51,9 @@ def read_entity_list(path: str | Path) -> list[dict[str, Any]]:
     return patterns
 
 
-def build_pipeline(model: str | None = None, entities: Sequence[dict[str, Any]] | None = None,
-                   ignore_case: bool = False):
+def build_pipeline(
+    model: str | None = None, entities: Sequence[dict[str, Any]] | None = None, ignore_case: bool = False
+):
     """A spaCy ``Language``: the installed pipeline ``model``, or ``spacy.blank("en")`` + sentencizer.
 
     ``entities`` (entity-ruler patterns) are added before any statistical NER, so they take precedence.
@@ -60,14 +61,16 @@ def build_pipeline(model: str | None = None, entities: Sequence[dict[str, Any]] 
     import spacy
 
     if model is None and not entities:
-        raise DataError("give an installed spaCy pipeline (model) or an entity list: there is no other "
-                        "source of entity mentions")
+        raise DataError(
+            "give an installed spaCy pipeline (model) or an entity list: there is no other source of entity mentions"
+        )
     if model is not None:
         try:
             nlp = spacy.load(model)
         except OSError as exc:
-            raise DataError(f"spaCy pipeline {model!r} is not installed ({exc}); install it or pass an entity "
-                            "list instead") from None
+            raise DataError(
+                f"spaCy pipeline {model!r} is not installed ({exc}); install it or pass an entity list instead"
+            ) from None
         if not nlp.has_pipe("parser") and not nlp.has_pipe("senter") and not nlp.has_pipe("sentencizer"):
             nlp.add_pipe("sentencizer", first=True)
     else:
@@ -83,8 +86,9 @@ def build_pipeline(model: str | None = None, entities: Sequence[dict[str, Any]] 
     return nlp
 
 
-def document_from_text(text: str, doc_id: str, nlp, *, split: str = "train",
-                       type_map: Mapping[str, str] | None = None) -> tuple[Document, list[str]]:
+def document_from_text(
+    text: str, doc_id: str, nlp, *, split: str = "train", type_map: Mapping[str, str] | None = None
+) -> tuple[Document, list[str]]:
     """Tokenise, sentence-split and collect entities of ``text``; returns the document and its type names.
 
     ``entity_types`` of the returned document index the returned type-name list (local to this document);
@@ -96,7 +100,7 @@ def document_from_text(text: str, doc_id: str, nlp, *, split: str = "train",
     starts = [s.start for s in sents] or [0]
     sent_of = np.zeros(len(tokens), dtype=np.int64)
     for i, s in enumerate(sents):
-        sent_of[s.start:s.end] = i
+        sent_of[s.start : s.end] = i
     type_map = dict(type_map or {})
     keys: dict[tuple[str, str], int] = {}
     names: list[str] = []
@@ -109,20 +113,43 @@ def document_from_text(text: str, doc_id: str, nlp, *, split: str = "train",
             keys[key] = len(names)
             names.append(ent.text)
             types.append(label)
-        mentions.append(Mention(entity=keys[key], start=ent.start, end=ent.end, text=ent.text,
-                                sent=int(sent_of[ent.start]), unit="token"))
+        mentions.append(
+            Mention(
+                entity=keys[key],
+                start=ent.start,
+                end=ent.end,
+                text=ent.text,
+                sent=int(sent_of[ent.start]),
+                unit="token",
+            )
+        )
     mentions.sort(key=lambda m: (m.entity, m.start, m.end))  # entity-major, as docred's vertexSet
     type_names = sorted(set(types))
     local = {t: i for i, t in enumerate(type_names)}
-    doc = Document(doc_id=doc_id, entity_names=names,
-                   entity_types=np.asarray([local[t] for t in types], dtype=np.int64),
-                   facts=np.zeros((0, 3), dtype=np.int64), split=split, mentions=mentions, tokens=tokens,
-                   sentence_starts=starts, text=text, meta={})
+    doc = Document(
+        doc_id=doc_id,
+        entity_names=names,
+        entity_types=np.asarray([local[t] for t in types], dtype=np.int64),
+        facts=np.zeros((0, 3), dtype=np.int64),
+        split=split,
+        mentions=mentions,
+        tokens=tokens,
+        sentence_starts=starts,
+        text=text,
+        meta={},
+    )
     return doc, type_names
 
 
-def import_texts(files: Iterable[str | Path], nlp, *, split: str = "train", type_map: Mapping[str, str] | None = None,
-                 entity_types: Vocab | None = None, relations: Vocab | None = None) -> Corpus:
+def import_texts(
+    files: Iterable[str | Path],
+    nlp,
+    *,
+    split: str = "train",
+    type_map: Mapping[str, str] | None = None,
+    entity_types: Vocab | None = None,
+    relations: Vocab | None = None,
+) -> Corpus:
     """Import text files (document id = file stem) into a :class:`Corpus` without facts.
 
     ``entity_types``: a fixed type vocabulary (an entity label outside it is an error naming the file);
@@ -138,8 +165,9 @@ def import_texts(files: Iterable[str | Path], nlp, *, split: str = "train", type
         except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read text: {exc}", file=str(f), doc_id=f.stem) from None
         if f.stem in seen:
-            raise DataError(f"duplicate document id {f.stem!r} (also {seen[f.stem]}); rename one file",
-                            file=str(f), doc_id=f.stem)
+            raise DataError(
+                f"duplicate document id {f.stem!r} (also {seen[f.stem]}); rename one file", file=str(f), doc_id=f.stem
+            )
         seen[f.stem] = str(f)
         doc, type_names = document_from_text(text, f.stem, nlp, split=split, type_map=type_map)
         doc.meta["file"] = str(f)
@@ -153,5 +181,11 @@ def import_texts(files: Iterable[str | Path], nlp, *, split: str = "train", type
         except DataError as exc:
             raise DataError(exc.reason, file=doc.meta["file"], doc_id=doc.doc_id) from None
         out.append(doc)
-    return Corpus(documents=out, relations=relations or Vocab((), kind="relation"), entity_types=entity_types,
-                  name="text", report=report, meta={"type_prefix": "", "format": "text"})
+    return Corpus(
+        documents=out,
+        relations=relations or Vocab((), kind="relation"),
+        entity_types=entity_types,
+        name="text",
+        report=report,
+        meta={"type_prefix": "", "format": "text"},
+    )

@@ -43,7 +43,7 @@ __all__ = [
     "TriplesError",
     "find_split_files",
     "is_kg_source",
-        "pykeen_dataset_dir",
+    "pykeen_dataset_dir",
     "read_splits",
     "read_triples_folder",
     "top_relations",
@@ -83,10 +83,16 @@ class KnowledgeGraph:
     def __post_init__(self) -> None:
         for split in SPLITS:
             arr = np.asarray(getattr(self, split), dtype=np.int64).reshape(-1, 3)
-            if len(arr) and (arr[:, [0, 2]].min() < 0 or arr[:, [0, 2]].max() >= len(self.entities)
-                             or arr[:, 1].min() < 0 or arr[:, 1].max() >= len(self.relations)):
-                raise ValueError(f"{self.name}: {split} holds ids outside the vocabularies "
-                                 f"({len(self.entities)} entities, {len(self.relations)} relations)")
+            if len(arr) and (
+                arr[:, [0, 2]].min() < 0
+                or arr[:, [0, 2]].max() >= len(self.entities)
+                or arr[:, 1].min() < 0
+                or arr[:, 1].max() >= len(self.relations)
+            ):
+                raise ValueError(
+                    f"{self.name}: {split} holds ids outside the vocabularies "
+                    f"({len(self.entities)} entities, {len(self.relations)} relations)"
+                )
             object.__setattr__(self, split, arr)
         if self.entity_types is not None:
             types = np.asarray(self.entity_types, dtype=np.int64)
@@ -133,14 +139,18 @@ class KnowledgeGraph:
 
     def replace(self, **changes: object) -> KnowledgeGraph:
         """A copy with some fields changed (vocabularies kept unless given)."""
-        fields = {k: getattr(self, k) for k in ("name", "entities", "relations", "train", "valid", "test",
-                                                 "entity_types", "type_names")}
+        fields = {
+            k: getattr(self, k)
+            for k in ("name", "entities", "relations", "train", "valid", "test", "entity_types", "type_names")
+        }
         fields.update(changes)
-        return KnowledgeGraph(**fields)  # type: ignore[arg-type]
+        return KnowledgeGraph(**fields)
 
     def __repr__(self) -> str:
-        return (f"KnowledgeGraph({self.name!r}, {self.num_entities} entities, {self.num_relations} relations, "
-                f"train {len(self.train)}, valid {len(self.valid)}, test {len(self.test)})")
+        return (
+            f"KnowledgeGraph({self.name!r}, {self.num_entities} entities, {self.num_relations} relations, "
+            f"train {len(self.train)}, valid {len(self.valid)}, test {len(self.test)})"
+        )
 
 
 # --------------------------------------------------------------------------------------------- reading
@@ -152,15 +162,19 @@ def _read_text(path: Path) -> str:
         else:
             data = path.read_bytes()
     except (OSError, EOFError, zlib.error) as exc:
-        kind = "not a valid gzip file" if path.name.endswith(".gz") and not isinstance(exc, FileNotFoundError) \
+        kind = (
+            "not a valid gzip file"
+            if path.name.endswith(".gz") and not isinstance(exc, FileNotFoundError)
             else "cannot read"
+        )
         raise TriplesError(f"{path}: {kind} ({exc})", file=str(path)) from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise TriplesError(f"{path}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x})",
-                           file=str(path), line=line) from exc
+        raise TriplesError(
+            f"{path}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x})", file=str(path), line=line
+        ) from exc
 
 
 def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int]) -> np.ndarray:
@@ -173,8 +187,12 @@ def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int])
         if len(parts) != 3:
             if not line.strip():
                 continue
-            raise TriplesError(f"{path}: line {lineno}: expected 3 tab-separated fields (head, relation, tail), "
-                               f"found {len(parts)}: {line[:80]!r}", file=str(path), line=lineno)
+            raise TriplesError(
+                f"{path}: line {lineno}: expected 3 tab-separated fields (head, relation, tail), "
+                f"found {len(parts)}: {line[:80]!r}",
+                file=str(path),
+                line=lineno,
+            )
         h, r, t = parts[0].strip(), parts[1].strip(), parts[2].strip()
         if not (h and r and t):
             which = "head" if not h else "relation" if not r else "tail"
@@ -205,15 +223,20 @@ def find_split_files(folder: str | Path) -> dict[str, Path]:
         for name in names:
             hits = [folder / f"{name}{suf}" for suf in _SUFFIXES if (folder / f"{name}{suf}").is_file()]
             if len(hits) > 1:
-                raise TriplesError(f"{folder}: more than one {split} file ({', '.join(h.name for h in hits)}); "
-                                   "keep one", file=str(folder))
+                raise TriplesError(
+                    f"{folder}: more than one {split} file ({', '.join(h.name for h in hits)}); keep one",
+                    file=str(folder),
+                )
             if hits:
                 found[split] = hits[0]
                 break
     missing = [s for s in SPLITS if s not in found]
     if missing:
-        raise TriplesError(f"{folder}: no {', '.join(missing)} file (expected <split>.txt, .tsv, .txt.gz or "
-                           ".tsv.gz for each of train, valid, test)", file=str(folder))
+        raise TriplesError(
+            f"{folder}: no {', '.join(missing)} file (expected <split>.txt, .tsv, .txt.gz or "
+            ".tsv.gz for each of train, valid, test)",
+            file=str(folder),
+        )
     return found
 
 
@@ -236,9 +259,12 @@ def read_splits(folder: str | Path, entities: dict[str, int], relations: dict[st
     return {split: _parse_into(files[split], entities, relations) for split in SPLITS}
 
 
-def read_triples_folder(folder: str | Path, name: str | None = None,
-                        entities: dict[str, int] | None = None,
-                        relations: dict[str, int] | None = None) -> KnowledgeGraph:
+def read_triples_folder(
+    folder: str | Path,
+    name: str | None = None,
+    entities: dict[str, int] | None = None,
+    relations: dict[str, int] | None = None,
+) -> KnowledgeGraph:
     """Read a train/valid/test triples folder; ids by first appearance (train, valid, test).
 
     ``entities``/``relations``: name->id maps to extend (for a shared vocabulary across several folders);
@@ -247,25 +273,38 @@ def read_triples_folder(folder: str | Path, name: str | None = None,
     ents = {} if entities is None else entities
     rels = {} if relations is None else relations
     arrays = read_splits(folder, ents, rels)
-    return KnowledgeGraph(name=name or Path(folder).name, entities=tuple(ents), relations=tuple(rels), **arrays)
+    return KnowledgeGraph(
+        name=name or Path(folder).name,
+        entities=tuple(ents),
+        relations=tuple(rels),
+        train=arrays["train"],
+        valid=arrays["valid"],
+        test=arrays["test"],
+    )
 
 
 def pykeen_dataset_dir(name: str) -> Path:
     """Folder of pykeen's shipped dataset ``name`` (nations, kinships, umls), found without importing pykeen."""
     key = name.lower()
     if key not in PYKEEN_DATASETS:
-        raise TriplesError(f"pykeen:{name}: unknown dataset; the pykeen wheel ships "
-                           f"{', '.join('pykeen:' + n for n in PYKEEN_DATASETS)}")
+        raise TriplesError(
+            f"pykeen:{name}: unknown dataset; the pykeen wheel ships "
+            f"{', '.join('pykeen:' + n for n in PYKEEN_DATASETS)}"
+        )
     spec = importlib.util.find_spec("pykeen")
     if spec is None or not spec.submodule_search_locations:
-        raise TriplesError(f"pykeen:{name}: pykeen is not installed; install the optional extra "
-                           "`pip install 'fednsl[kg]'` (or `pip install pykeen`) to read its datasets")
+        raise TriplesError(
+            f"pykeen:{name}: pykeen is not installed; install the optional extra "
+            "`pip install 'fednsl[kg]'` (or `pip install pykeen`) to read its datasets"
+        )
     for base in spec.submodule_search_locations:
         folder = Path(base) / "datasets" / key
         if (folder / "train.txt").is_file():
             return folder
-    raise TriplesError(f"pykeen:{name}: the installed pykeen has no datasets/{key}/train.txt "
-                       f"(looked in {', '.join(spec.submodule_search_locations)})")
+    raise TriplesError(
+        f"pykeen:{name}: the installed pykeen has no datasets/{key}/train.txt "
+        f"(looked in {', '.join(spec.submodule_search_locations)})"
+    )
 
 
 def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> list[Path]:

@@ -115,12 +115,12 @@ def _split_atoms(text: str) -> list[tuple[str, str, str]]:
     while pos < len(text):
         m = _ATOM.match(text, pos)
         if not m:
-            raise RuleSyntaxError(f"cannot read an atom 'rel(A,B)' at {text[pos:pos + 30]!r}")
+            raise RuleSyntaxError(f"cannot read an atom 'rel(A,B)' at {text[pos : pos + 30]!r}")
         atoms.append((m.group(1).strip(), m.group(2), m.group(3)))
         pos = m.end()
         if pos < len(text):
             if text[pos] != ",":
-                raise RuleSyntaxError(f"expected ',' between atoms at {text[pos:pos + 30]!r}")
+                raise RuleSyntaxError(f"expected ',' between atoms at {text[pos : pos + 30]!r}")
             pos += 1
     return atoms
 
@@ -220,9 +220,7 @@ def parse_amie_rule(text: str, vocab: RelationVocab) -> Rule:
         raise RuleSyntaxError(f"body atoms come in triples '?x rel ?y'; got {len(body_tok)} tokens")
     hx, hname, hy = head_tok
     head = vocab.relation_id(hname)
-    atoms = [
-        (vocab.relation_id(body_tok[i + 1]), body_tok[i], body_tok[i + 2]) for i in range(0, len(body_tok), 3)
-    ]
+    atoms = [(vocab.relation_id(body_tok[i + 1]), body_tok[i], body_tok[i + 2]) for i in range(0, len(body_tok), 3)]
     body = chain_from_atoms((hx, hy), atoms, vocab.num_relations, lambda s: s.startswith("?") and len(s) > 1)
     return Rule(head, body)
 
@@ -347,8 +345,10 @@ def parse_rnnlogic(
             try:
                 rules.append(_rnnlogic_rule(ids, vocab))
             except RuleSyntaxError:
-                if skip_unsupported and 0 <= ids[0] < 2 * vocab.num_relations and all(
-                    0 <= t < 2 * vocab.num_relations for t in ids
+                if (
+                    skip_unsupported
+                    and 0 <= ids[0] < 2 * vocab.num_relations
+                    and all(0 <= t < 2 * vocab.num_relations for t in ids)
                 ):
                     skipped.append(lineno)
                     continue
@@ -425,4 +425,3 @@ def load_relation_names(path: str | Path, drop: Iterable[str] = ("Na",)) -> Rela
 def unique_rules(rules: Iterable[Rule]) -> list[Rule]:
     """Rules in first-seen order without duplicates (RNNLogic files repeat rules)."""
     return list(dict.fromkeys(rules))
-

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -37,7 +37,7 @@ from rules.kg_mining import RuleStatistics, directed_triples, rule_statistics
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
-Feature = str  # "log1p", "count", "indicator", "fraction" or several joined by "+" 
+Feature = str  # "log1p", "count", "indicator", "fraction" or several joined by "+"
 Body = tuple[int, ...]
 _AGGREGATORS = ("sum", "max", "noisy-or")
 _FEATURES = ("log1p", "count", "indicator", "fraction")
@@ -114,7 +114,7 @@ class RulePredictor:
 
     def __init__(
         self,
-        bodies_by_head: dict[int, Sequence[Sequence[int]]],
+        bodies_by_head: Mapping[int, Sequence[Sequence[int]]],
         num_entities: int,
         aggregator: Aggregator = "sum",
         *,
@@ -328,7 +328,8 @@ class RulePredictor:
                 conf = torch.from_numpy(rule_statistics(self.graph, q, self.bodies[q]).confidence).float()
             else:
                 conf = self._train_confidence(
-                    q, train_batches if cached else self._batches(q, rows, known_train, exclude_own=True))
+                    q, train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
+                )
             if cfg.aggregator == "sum":
                 model.weights[:, 0] = cfg.init_scale * conf
             else:
@@ -373,8 +374,14 @@ class RulePredictor:
         for p in params:
             p.requires_grad_(False)
         model.h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
-        return {"train_queries": int(rows.shape[0]), "valid_queries": 0 if vrows is None else int(vrows.shape[0]),
-                "best_valid_mrr": best[0], "best_epoch": best[1], "history": history, "cached": cached}
+        return {
+            "train_queries": int(rows.shape[0]),
+            "valid_queries": 0 if vrows is None else int(vrows.shape[0]),
+            "best_valid_mrr": best[0],
+            "best_epoch": best[1],
+            "history": history,
+            "cached": cached,
+        }
 
     @torch.no_grad()
     def _train_confidence(self, q: int, batches: Sequence[_Batch] | Iterator[_Batch]) -> torch.Tensor:
@@ -456,22 +463,33 @@ class RulePredictor:
         """Per head relation: (J,) H(rule) per body (see :meth:`_h_scores`), aligned with ``self.bodies[q]``;
         zeros for an untrained head."""
         return {
-            q: (self.models[q].h_score.copy() if q in self.models and self.models[q].h_score.size == len(bodies)
-                else np.zeros(len(bodies)))
+            q: (
+                self.models[q].h_score.copy()
+                if q in self.models and self.models[q].h_score.size == len(bodies)
+                else np.zeros(len(bodies))
+            )
             for q, bodies in self.bodies.items()
         }
 
     def rule_weights(self) -> dict[int, np.ndarray]:
         """Per head relation: (J,) learned weight per body (σ(w) = confidence for max / noisy-or); (J, F) when
         ``config.feature`` names F > 1 features."""
-        return {q: (m.weights[:, 0] if m.weights.shape[1] == 1 else m.weights).detach().numpy().copy()
-                for q, m in self.models.items()}
+        return {
+            q: (m.weights[:, 0] if m.weights.shape[1] == 1 else m.weights).detach().numpy().copy()
+            for q, m in self.models.items()
+        }
 
     def rule_counts(self, graph_triples: np.ndarray | torch.Tensor | None = None) -> dict[int, RuleStatistics]:
         """Per head relation: AMIE-style support / body size / head size of each body on the predictor's graph
         (or on ``graph_triples``), for exporting rules with real confidence counts."""
-        graph = self.graph if graph_triples is None else SparseGraph.from_triples(
-            _np(graph_triples), self.num_entities, int(self.num_relations or self._infer_relations(_np(graph_triples)))
+        graph = (
+            self.graph
+            if graph_triples is None
+            else SparseGraph.from_triples(
+                _np(graph_triples),
+                self.num_entities,
+                int(self.num_relations or self._infer_relations(_np(graph_triples))),
+            )
         )
         if graph is None:
             raise RuntimeError("rule_counts needs a graph: call fit()/set_graph() or pass graph_triples")

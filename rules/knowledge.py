@@ -108,8 +108,12 @@ def _num(v: float) -> str:
 
 
 _COMPARE = {
-    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-    "==": np.equal, "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "==": np.equal,
+    "!=": np.not_equal,
 }
 
 
@@ -192,8 +196,11 @@ class KnowledgeRules:
             for r in [*self.score_rules, *self.range_rules]:
                 used = {j for c in r.body for j in c.features()}
                 if used and max(used) >= len(self.feature_names):
-                    raise RuleSyntaxError(f"feature x{max(used)} outside the {len(self.feature_names)} declared "
-                                          "feature names", line=r.line, source=self.source)
+                    raise RuleSyntaxError(
+                        f"feature x{max(used)} outside the {len(self.feature_names)} declared feature names",
+                        line=r.line,
+                        source=self.source,
+                    )
 
     def _check_class(self, c: int, line: int | None) -> None:
         if not 0 <= c < self.num_classes:
@@ -213,8 +220,10 @@ class KnowledgeRules:
             raise ValueError(f"{self.source}: rules are evaluated on a (n, d) feature array, got shape {x.shape}")
         used = self.features_used()
         if used and max(used) >= x.shape[1]:
-            raise ValueError(f"{self.source}: a rule uses feature x{max(used)} but the input has only "
-                             f"{x.shape[1]} features (x0..x{x.shape[1] - 1})")
+            raise ValueError(
+                f"{self.source}: a rule uses feature x{max(used)} but the input has only "
+                f"{x.shape[1]} features (x0..x{x.shape[1] - 1})"
+            )
         return x
 
     # -- P-KM ----------------------------------------------------------------------------------------
@@ -229,8 +238,10 @@ class KnowledgeRules:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(n,) int64 P-KM class: argmax of the scores (ties → smaller id); ``default`` or -1 where none fires."""
         if not self.score_rules and self.default is None:
-            raise ValueError(f"{self.source}: no 'class ... <- ...' score rule and no 'default' line: "
-                             "this file defines no prediction knowledge model")
+            raise ValueError(
+                f"{self.source}: no 'class ... <- ...' score rule and no 'default' line: "
+                "this file defines no prediction knowledge model"
+            )
         x = self.check_input(x)
         fired = np.zeros(x.shape[0], dtype=bool)
         for r in self.score_rules:
@@ -398,15 +409,22 @@ def _parse_names(text: str, what: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(","))
     for n in names:
         if not _NAME.match(n) or _XREF.match(n):
-            raise RuleSyntaxError(f"{what} name {n!r} must be an identifier (letters, digits, '_', '.') "
-                                  "and not of the form x<index>")
+            raise RuleSyntaxError(
+                f"{what} name {n!r} must be an identifier (letters, digits, '_', '.') and not of the form x<index>"
+            )
     if len(set(names)) != len(names):
         raise RuleSyntaxError(f"a {what} name occurs twice")
     return names
 
 
-def parse_knowledge(text: str, num_classes: int | None = None, *, feature_names: Sequence[str] | None = None,
-                    class_names: Sequence[str] | None = None, source: str = "<string>") -> KnowledgeRules:
+def parse_knowledge(
+    text: str,
+    num_classes: int | None = None,
+    *,
+    feature_names: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    source: str = "<string>",
+) -> KnowledgeRules:
     """Parse a knowledge-rule file (module docstring). ``num_classes`` may come from a ``classes:`` line."""
     fnames = tuple(feature_names) if feature_names is not None else None
     cnames = tuple(class_names) if class_names is not None else None
@@ -427,13 +445,15 @@ def parse_knowledge(text: str, num_classes: int | None = None, *, feature_names:
                     names = _parse_names(head.split(":", 1)[1], word[:-2] if word == "classes" else "feature")
                     if word == "features":
                         if fnames is not None and fnames != names:
-                            raise RuleSyntaxError(f"'features:' {list(names)} differs from the names given by "
-                                                  f"the caller {list(fnames)}")
+                            raise RuleSyntaxError(
+                                f"'features:' {list(names)} differs from the names given by the caller {list(fnames)}"
+                            )
                         fnames = names
                     else:
                         if cnames is not None and cnames != names:
-                            raise RuleSyntaxError(f"'classes:' {list(names)} differs from the names given by "
-                                                  f"the caller {list(cnames)}")
+                            raise RuleSyntaxError(
+                                f"'classes:' {list(names)} differs from the names given by the caller {list(cnames)}"
+                            )
                         if k is not None and k != len(names):
                             raise RuleSyntaxError(f"'classes:' names {len(names)} classes, expected {k}")
                         cnames, k = names, len(names)
@@ -442,15 +462,19 @@ def parse_knowledge(text: str, num_classes: int | None = None, *, feature_names:
                     if default is not None:
                         raise RuleSyntaxError("a second 'default' line")
                     if k is None:
-                        raise RuleSyntaxError("the number of classes is unknown: pass num_classes or add a "
-                                              "'classes:' line before the rules")
+                        raise RuleSyntaxError(
+                            "the number of classes is unknown: pass num_classes or add a "
+                            "'classes:' line before the rules"
+                        )
                     default = _class_id(head.split(None, 1)[1] if " " in head else "", k, cnames)
                     continue
-                raise RuleSyntaxError("expected 'class C <- body', 'range {..} <- body', 'default C', "
-                                      "'features: ...' or 'classes: ...'")
+                raise RuleSyntaxError(
+                    "expected 'class C <- body', 'range {..} <- body', 'default C', 'features: ...' or 'classes: ...'"
+                )
             if k is None:
-                raise RuleSyntaxError("the number of classes is unknown: pass num_classes or add a 'classes:' "
-                                      "line before the rules")
+                raise RuleSyntaxError(
+                    "the number of classes is unknown: pass num_classes or add a 'classes:' line before the rules"
+                )
             conditions = _parse_body(body, fnames)
             if word == "class":
                 rest = head.split(None, 1)[1] if " " in head else ""
@@ -467,38 +491,51 @@ def parse_knowledge(text: str, num_classes: int | None = None, *, feature_names:
                         raise RuleSyntaxError(f"weight {weight_txt.strip()!r} is not finite")
                 scored.append(ScoreRule(_class_id(cls_txt, k, cnames), conditions, weight, lineno))
             elif word == "range":
-                rest = head[len("range"):].strip()
+                rest = head[len("range") :].strip()
                 negate = rest.lower().startswith("not")
                 if negate:
                     rest = rest[3:].strip()
                 if not (rest.startswith("{") and rest.endswith("}")):
-                    raise RuleSyntaxError("a range head lists classes in braces: 'range {0, 2} <- ...' or "
-                                          "'range not {1} <- ...'")
+                    raise RuleSyntaxError(
+                        "a range head lists classes in braces: 'range {0, 2} <- ...' or 'range not {1} <- ...'"
+                    )
                 inner = rest[1:-1].strip()
                 listed = {_class_id(t, k, cnames) for t in inner.split(",")} if inner else set()
                 allowed = frozenset(set(range(k)) - listed) if negate else frozenset(listed)
                 if not allowed:
-                    raise RuleSyntaxError("a range rule must allow at least one class"
-                                          + (" ('not' excludes every class)" if negate else ""))
+                    raise RuleSyntaxError(
+                        "a range rule must allow at least one class"
+                        + (" ('not' excludes every class)" if negate else "")
+                    )
                 ranged.append(RangeRule(allowed, conditions, lineno))
             else:
                 raise RuleSyntaxError(f"unknown rule head {head!r}: expected 'class C' or 'range {{...}}'")
         except RuleSyntaxError as err:
             raise err.located(line=lineno, source=source, text=raw) from None
     if k is None:
-        raise RuleSyntaxError("the number of classes is unknown: pass num_classes or add a 'classes:' line",
-                              source=source)
+        raise RuleSyntaxError(
+            "the number of classes is unknown: pass num_classes or add a 'classes:' line", source=source
+        )
     return KnowledgeRules(k, scored, ranged, default, fnames, cnames, source)
 
 
-def read_knowledge(path: str | Path, num_classes: int | None = None, *,
-                   feature_names: Sequence[str] | None = None,
-                   class_names: Sequence[str] | None = None) -> KnowledgeRules:
+def read_knowledge(
+    path: str | Path,
+    num_classes: int | None = None,
+    *,
+    feature_names: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> KnowledgeRules:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"knowledge rule file {str(path)!r} not found")
-    return parse_knowledge(path.read_text(encoding="utf-8"), num_classes, feature_names=feature_names,
-                           class_names=class_names, source=str(path))
+    return parse_knowledge(
+        path.read_text(encoding="utf-8"),
+        num_classes,
+        feature_names=feature_names,
+        class_names=class_names,
+        source=str(path),
+    )
 
 
 def format_knowledge(rules: KnowledgeRules, header: str | None = None) -> str:
@@ -520,8 +557,9 @@ def format_knowledge(rules: KnowledgeRules, header: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def conditions_from_box(features: Iterable[int], lower: Iterable[float | None],
-                        upper: Iterable[float | None]) -> tuple[Condition, ...]:
+def conditions_from_box(
+    features: Iterable[int], lower: Iterable[float | None], upper: Iterable[float | None]
+) -> tuple[Condition, ...]:
     """Conditions ``x_j > lower_j`` / ``x_j <= upper_j`` (None = unbounded): a decision-tree path."""
     out: list[Condition] = []
     for j, lo, hi in zip(features, lower, upper):
@@ -531,4 +569,3 @@ def conditions_from_box(features: Iterable[int], lower: Iterable[float | None],
         if hi is not None:
             out.append(Condition(feat, "<=", LinearExpr((), float(hi))))
     return tuple(out)
-

@@ -117,7 +117,9 @@ class RulePool:
 
     def __init__(self, num_relations: int, max_body_len: int = 3) -> None:
         if num_relations < 1 or max_body_len < 1:
-            raise ValueError(f"RulePool needs num_relations >= 1 and max_body_len >= 1, got {num_relations}, {max_body_len}")
+            raise ValueError(
+                f"RulePool needs num_relations >= 1 and max_body_len >= 1, got {num_relations}, {max_body_len}"
+            )
         self.num_relations = num_relations
         self.max_body_len = max_body_len
         self._dist: dict[Triple, dict[Body, float]] = {}

@@ -14,10 +14,10 @@ import click
 
 #: subcommand name → module exporting ``command`` (a click.Command). Keep it short and sorted.
 BENCHES: dict[str, str] = {
-    "kifl": "bench.kifl",   # knowledge-injected FL §7: five approaches, low-data and λ studies
-    "fedstl": "bench.fedstl_table",   # FedSTL Table 2 (MSE / property satisfaction) vs FedAvg/FedProx/FedRep/Ditto/IFCA
-    "logicp": "bench.logicp_table",   # LogiCP Tables 1, 4, 7 (MSE / γ% / coverage / width) vs its baselines
-    "numeric": "bench.numeric",   # FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg
+    "kifl": "bench.kifl",  # knowledge-injected FL §7: five approaches, low-data and λ studies
+    "fedstl": "bench.fedstl_table",  # FedSTL Table 2 (MSE / property satisfaction) vs FedAvg/FedProx/FedRep/Ditto/IFCA
+    "logicp": "bench.logicp_table",  # LogiCP Tables 1, 4, 7 (MSE / γ% / coverage / width) vs its baselines
+    "numeric": "bench.numeric",  # FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg
 }
 
 
@@ -25,8 +25,10 @@ def _load(name: str) -> click.Command:
     try:
         module = importlib.import_module(BENCHES[name])
     except ModuleNotFoundError as exc:
-        raise click.ClickException(f"benchmark {name!r}: cannot import {BENCHES[name]} ({exc}); the bench package "
-                                   "is installed with fednsl (pip install fednsl[bench] for its extras)") from exc
+        raise click.ClickException(
+            f"benchmark {name!r}: cannot import {BENCHES[name]} ({exc}); the bench package "
+            "is installed with fednsl (pip install fednsl[bench] for its extras)"
+        ) from exc
     cmd = getattr(module, "command", None)
     if not isinstance(cmd, click.Command):
         raise click.ClickException(f"benchmark module {BENCHES[name]} exports no click command `command`")

@@ -45,29 +45,46 @@ def command() -> None:
     """
 
 
-def _info_dict(corpus: Corpus, clients: int, seed: int, groups: str | None, test_ratio: float,
-               holdout: float) -> dict[str, Any]:
+def _info_dict(
+    corpus: Corpus, clients: int, seed: int, groups: str | None, test_ratio: float, holdout: float
+) -> dict[str, Any]:
     from kg.split import NerGroupSplit, eligible_documents, partition_stats, split_clients
 
     ents = np.asarray([d.num_entities for d in corpus.documents])
     facts = np.asarray([d.num_facts for d in corpus.documents])
     tp = corpus.type_pair_counts()
-    pairs = sorted(((int(tp[i, j]), corpus.entity_types[i], corpus.entity_types[j])
-                    for i in range(tp.shape[0]) for j in range(tp.shape[1]) if tp[i, j]), reverse=True)
+    pairs = sorted(
+        (
+            (int(tp[i, j]), corpus.entity_types[i], corpus.entity_types[j])
+            for i in range(tp.shape[0])
+            for j in range(tp.shape[1])
+            if tp[i, j]
+        ),
+        reverse=True,
+    )
     out: dict[str, Any] = {
-        "name": corpus.name, "format": corpus.meta.get("format", corpus.report.format),
-        "documents": len(corpus), "splits": corpus.splits,
-        "entities": int(ents.sum()), "entities_per_doc": float(ents.mean()) if len(ents) else 0.0,
+        "name": corpus.name,
+        "format": corpus.meta.get("format", corpus.report.format),
+        "documents": len(corpus),
+        "splits": corpus.splits,
+        "entities": int(ents.sum()),
+        "entities_per_doc": float(ents.mean()) if len(ents) else 0.0,
         "max_entities": int(ents.max()) if len(ents) else 0,
         "mentions": sum(len(d.mentions) for d in corpus.documents),
-        "facts": int(facts.sum()), "facts_per_doc": float(facts.mean()) if len(facts) else 0.0,
-        "relations": len(corpus.relations), "entity_types": len(corpus.entity_types),
+        "facts": int(facts.sum()),
+        "facts_per_doc": float(facts.mean()) if len(facts) else 0.0,
+        "relations": len(corpus.relations),
+        "entity_types": len(corpus.entity_types),
         "entities_per_type": dict(zip(corpus.entity_types.names, map(int, corpus.type_counts()))),
-        "facts_per_relation": dict(sorted(zip(corpus.relations.names, map(int, corpus.relation_counts())),
-                                          key=lambda kv: -kv[1])),
+        "facts_per_relation": dict(
+            sorted(zip(corpus.relations.names, map(int, corpus.relation_counts())), key=lambda kv: -kv[1])
+        ),
         "type_pairs": [{"head": h, "tail": t, "facts": n} for n, h, t in pairs],
-        "report": {"dropped": dict(corpus.report.dropped), "resolved": dict(corpus.report.resolved),
-                   "skipped": [vars(s) for s in corpus.report.skipped]},
+        "report": {
+            "dropped": dict(corpus.report.dropped),
+            "resolved": dict(corpus.report.resolved),
+            "skipped": [vars(s) for s in corpus.report.skipped],
+        },
     }
     if corpus.meta.get("planted_rules"):
         out["planted_rules"] = list(corpus.meta["planted_rules"])
@@ -77,23 +94,30 @@ def _info_dict(corpus: Corpus, clients: int, seed: int, groups: str | None, test
         split = NerGroupSplit.parse(groups) if groups else NerGroupSplit.for_corpus(corpus)
         parts = split_clients(corpus, clients, split, seed=seed, test_ratio=test_ratio, holdout=holdout)
         out["groups"] = {name: list(g) for name, g in zip(split.group_names or (), split.groups)}
-        out["clients"] = [{"client": p.client, "seen": p.seen.name, "unseen": p.unseen.name, **partition_stats(p)}
-                          for p in parts]
+        out["clients"] = [
+            {"client": p.client, "seen": p.seen.name, "unseen": p.unseen.name, **partition_stats(p)} for p in parts
+        ]
     return out
 
 
 def _echo_info(info: dict[str, Any], top: int) -> None:
     e = click.echo
-    e(f"corpus {info['name']} ({info['format']}): {info['documents']} documents "
-      f"({', '.join(f'{k} {v}' for k, v in info['splits'].items())})")
-    e(f"entities {info['entities']} ({info['entities_per_doc']:.1f}/doc, max {info['max_entities']}), "
-      f"mentions {info['mentions']}, facts {info['facts']} ({info['facts_per_doc']:.1f}/doc)")
-    e(f"entity types ({info['entity_types']}): "
-      + ", ".join(f"{k} {v}" for k, v in info["entities_per_type"].items()))
+    e(
+        f"corpus {info['name']} ({info['format']}): {info['documents']} documents "
+        f"({', '.join(f'{k} {v}' for k, v in info['splits'].items())})"
+    )
+    e(
+        f"entities {info['entities']} ({info['entities_per_doc']:.1f}/doc, max {info['max_entities']}), "
+        f"mentions {info['mentions']}, facts {info['facts']} ({info['facts_per_doc']:.1f}/doc)"
+    )
+    e(f"entity types ({info['entity_types']}): " + ", ".join(f"{k} {v}" for k, v in info["entities_per_type"].items()))
     rels = list(info["facts_per_relation"].items())
     shown = rels if top <= 0 else rels[:top]
-    e(f"relations ({info['relations']}), facts per relation" + ("" if len(shown) == len(rels) else f" (top {top})")
-      + ":")
+    e(
+        f"relations ({info['relations']}), facts per relation"
+        + ("" if len(shown) == len(rels) else f" (top {top})")
+        + ":"
+    )
     for name, n in shown:
         e(f"  {name:28s} {n:7d}")
     pairs = info["type_pairs"] if top <= 0 else info["type_pairs"][:top]
@@ -118,35 +142,66 @@ def _echo_info(info: dict[str, Any], top: int) -> None:
             e(f"  {x['doc_id']}: {x['reason']}")
     if "clients" in info:
         e("groups: " + "; ".join(f"{k} = {{{', '.join(v)}}}" for k, v in info["groups"].items()))
-        head = (f"{'client':>6s} {'seen':>5s} {'unseen':>6s} {'docs':>5s} {'train':>5s} {'hold':>5s} {'test':>5s} "
-                f"{'seen-train pairs/facts':>23s} {'seen-test':>14s} {'unseen-test':>14s}")
+        head = (
+            f"{'client':>6s} {'seen':>5s} {'unseen':>6s} {'docs':>5s} {'train':>5s} {'hold':>5s} {'test':>5s} "
+            f"{'seen-train pairs/facts':>23s} {'seen-test':>14s} {'unseen-test':>14s}"
+        )
         e(head)
         for c in info["clients"]:
-            e(f"{c['client']:>6d} {c['seen']:>5s} {c['unseen']:>6s} {c['documents']:>5d} {c['train']:>5d} "
-              f"{c['holdout']:>5d} {c['test']:>5d} {c['seen_train_pairs']:>14d}/{c['seen_train_facts']:<8d} "
-              f"{c['seen_test_pairs']:>7d}/{c['seen_test_facts']:<6d} {c['unseen_test_pairs']:>7d}/"
-              f"{c['unseen_test_facts']:<6d}")
+            e(
+                f"{c['client']:>6d} {c['seen']:>5s} {c['unseen']:>6s} {c['documents']:>5d} {c['train']:>5d} "
+                f"{c['holdout']:>5d} {c['test']:>5d} {c['seen_train_pairs']:>14d}/{c['seen_train_facts']:<8d} "
+                f"{c['seen_test_pairs']:>7d}/{c['seen_test_facts']:<6d} {c['unseen_test_pairs']:>7d}/"
+                f"{c['unseen_test_facts']:<6d}"
+            )
 
 
 @command.command("info")
 @click.argument("path")
-@click.option("--format", "fmt", type=FORMAT_CHOICE, default="auto", show_default=True,
-              help="Input format (auto-detected by default).")
+@click.option(
+    "--format",
+    "fmt",
+    type=FORMAT_CHOICE,
+    default="auto",
+    show_default=True,
+    help="Input format (auto-detected by default).",
+)
 @click.option("--skip-bad", is_flag=True, help="Skip documents with bad input (counted and listed) instead of failing.")
-@click.option("--clients", type=int, default=4, show_default=True,
-              help="Number of clients for the split table (0: no split).")
+@click.option(
+    "--clients", type=int, default=4, show_default=True, help="Number of clients for the split table (0: no split)."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the client split.")
-@click.option("--groups", default=None, metavar="T1,T2|T3,T4",
-              help="Entity-type groups, '|' between groups (default: the corpus's own, DWIE's balanced A/B, "
-                   "or a count-balanced grouping).")
+@click.option(
+    "--groups",
+    default=None,
+    metavar="T1,T2|T3,T4",
+    help="Entity-type groups, '|' between groups (default: the corpus's own, DWIE's balanced A/B, "
+    "or a count-balanced grouping).",
+)
 @click.option("--test-ratio", type=float, default=0.25, show_default=True, help="Test share within each client.")
-@click.option("--holdout", type=float, default=0.1, show_default=True,
-              help="Share of each client's train documents held out for threshold selection.")
-@click.option("--top", type=int, default=15, show_default=True,
-              help="Rows of the relation and type-pair tables (0: all).")
+@click.option(
+    "--holdout",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="Share of each client's train documents held out for threshold selection.",
+)
+@click.option(
+    "--top", type=int, default=15, show_default=True, help="Rows of the relation and type-pair tables (0: all)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print everything as one JSON object.")
-def info(path: str, fmt: str, skip_bad: bool, clients: int, seed: int, groups: str | None, test_ratio: float,
-         holdout: float, top: int, as_json: bool) -> None:
+def info(
+    path: str,
+    fmt: str,
+    skip_bad: bool,
+    clients: int,
+    seed: int,
+    groups: str | None,
+    test_ratio: float,
+    holdout: float,
+    top: int,
+    as_json: bool,
+) -> None:
     """Print documents, entities, facts per relation and type pair, what was dropped, and the client split.
 
     Knowledge graphs (a folder of train/valid/test triples, FedLU's client<K>/ folders, pykeen:NAME, or
@@ -196,27 +251,60 @@ def _read_names(spec: str | None, kind: str) -> Vocab | None:
 
 @command.command("import-text")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder (docred format: <split>.json + meta/).")
-@click.option("--model", default=None,
-              help="Installed spaCy pipeline with NER (e.g. en_core_web_sm) for tokens, sentences and entities.")
-@click.option("--entities", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Entity list: 'text<TAB>label' lines, or spaCy patterns in a .jsonl file (optional 'id' joins "
-                   "aliases); applied by an entity_ruler on spacy.blank('en') unless --model is given.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder (docred format: <split>.json + meta/).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Installed spaCy pipeline with NER (e.g. en_core_web_sm) for tokens, sentences and entities.",
+)
+@click.option(
+    "--entities",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Entity list: 'text<TAB>label' lines, or spaCy patterns in a .jsonl file (optional 'id' joins "
+    "aliases); applied by an entity_ruler on spacy.blank('en') unless --model is given.",
+)
 @click.option("--ignore-case", is_flag=True, help="Match the entity list case-insensitively.")
-@click.option("--split", default="train", show_default=True,
-              help="Split name of the imported documents (train -> train_annotated.json).")
-@click.option("--type-map", multiple=True, metavar="LABEL=type",
-              help="Rename entity labels, e.g. --type-map GPE=location --type-map PERSON=person (repeatable).")
-@click.option("--types", default=None,
-              help="Fixed entity-type vocabulary: comma list, ner2id.json or one name per line "
-                   "(default: the labels found).")
-@click.option("--relations", default=None,
-              help="Relation vocabulary the labels will use: comma list, rel2id.json or one name per line "
-                   "(written to meta/rel2id.json; default none).")
-def import_text(files: tuple[Path, ...], out_dir: Path, model: str | None, entities: Path | None,
-                ignore_case: bool, split: str, type_map: tuple[str, ...], types: str | None,
-                relations: str | None) -> None:
+@click.option(
+    "--split",
+    default="train",
+    show_default=True,
+    help="Split name of the imported documents (train -> train_annotated.json).",
+)
+@click.option(
+    "--type-map",
+    multiple=True,
+    metavar="LABEL=type",
+    help="Rename entity labels, e.g. --type-map GPE=location --type-map PERSON=person (repeatable).",
+)
+@click.option(
+    "--types",
+    default=None,
+    help="Fixed entity-type vocabulary: comma list, ner2id.json or one name per line (default: the labels found).",
+)
+@click.option(
+    "--relations",
+    default=None,
+    help="Relation vocabulary the labels will use: comma list, rel2id.json or one name per line "
+    "(written to meta/rel2id.json; default none).",
+)
+def import_text(
+    files: tuple[Path, ...],
+    out_dir: Path,
+    model: str | None,
+    entities: Path | None,
+    ignore_case: bool,
+    split: str,
+    type_map: tuple[str, ...],
+    types: str | None,
+    relations: str | None,
+) -> None:
     """Turn raw text FILES into documents (tokens, sentences, entity mentions) with empty relation labels.
 
     Mentions with the same text and label (or the same pattern id) become one entity. Fill the `labels`
@@ -228,16 +316,23 @@ def import_text(files: tuple[Path, ...], out_dir: Path, model: str | None, entit
     try:
         patterns = read_entity_list(entities) if entities else None
         nlp = build_pipeline(model, patterns, ignore_case=ignore_case)
-        corpus = import_texts(files, nlp, split=split, type_map=_parse_type_map(type_map),
-                              entity_types=_read_names(types, "entity type"),
-                              relations=_read_names(relations, "relation"))
+        corpus = import_texts(
+            files,
+            nlp,
+            split=split,
+            type_map=_parse_type_map(type_map),
+            entity_types=_read_names(types, "entity type"),
+            relations=_read_names(relations, "relation"),
+        )
         written = write_docred(corpus, out_dir, fact_ref=False)
     except (DataError, OSError) as exc:
         raise _fail(exc) from exc
     n_ent = sum(d.num_entities for d in corpus.documents)
     n_men = sum(len(d.mentions) for d in corpus.documents)
-    click.echo(f"imported {len(corpus)} documents, {n_ent} entities, {n_men} mentions "
-               f"(types: {', '.join(corpus.entity_types.names) or 'none'})")
+    click.echo(
+        f"imported {len(corpus)} documents, {n_ent} entities, {n_men} mentions "
+        f"(types: {', '.join(corpus.entity_types.names) or 'none'})"
+    )
     for f in written:
         click.echo(f"wrote {f}")
 
@@ -264,18 +359,34 @@ Synthetic planted-rule set:
 
 @command.command("prepare", help=PREPARE_HELP)
 @click.argument("dataset", type=click.Choice(["dwie", "synthetic"]))
-@click.option("--from", "source", type=click.Path(exists=True, path_type=Path), default=None,
-              help="DWIE: a local checkout, its data/annos(_with_content) folder, or dwie_annos.tar.gz.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="DWIE: a local checkout, its data/annos(_with_content) folder, or dwie_annos.tar.gz.",
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."
+)
 @click.option("--skip-bad", is_flag=True, help="Skip documents with bad input (counted) instead of failing.")
-@click.option("--docred/--no-docred", default=True, show_default=True,
-              help="DWIE: also write tokenised docred-style files when the article text is present.")
+@click.option(
+    "--docred/--no-docred",
+    default=True,
+    show_default=True,
+    help="DWIE: also write tokenised docred-style files when the article text is present.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Synthetic: generator seed.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Synthetic: YAML/JSON file of PlantedRuleConfig fields.")
-def prepare(dataset: str, source: Path | None, out_dir: Path, skip_bad: bool, docred: bool, seed: int,
-            config_path: Path | None) -> None:
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Synthetic: YAML/JSON file of PlantedRuleConfig fields.",
+)
+def prepare(
+    dataset: str, source: Path | None, out_dir: Path, skip_bad: bool, docred: bool, seed: int, config_path: Path | None
+) -> None:
     try:
         if dataset == "synthetic":
             _prepare_synthetic(out_dir, seed, config_path)
@@ -335,16 +446,26 @@ def _prepare_dwie(source: Path, out_dir: Path, skip_bad: bool, docred: bool) -> 
     (meta / "ner2id.json").write_text(json.dumps({f"type::{t}": i for i, t in enumerate(DWIE_COARSE_TYPES)}))
     n_text = sum(d.text is not None for d in corpus.documents)
     kept, excluded = eligible_documents(corpus)
-    click.echo(f"{len(corpus)} documents ({', '.join(f'{k} {v}' for k, v in corpus.splits.items())}), "
-               f"{sum(d.num_entities for d in corpus.documents)} entities, "
-               f"{sum(d.num_facts for d in corpus.documents)} facts, {len(corpus.relations)} relations; "
-               f"{len(kept)} with entities (excluded: {', '.join(d for d, _ in excluded) or 'none'})")
+    click.echo(
+        f"{len(corpus)} documents ({', '.join(f'{k} {v}' for k, v in corpus.splits.items())}), "
+        f"{sum(d.num_entities for d in corpus.documents)} entities, "
+        f"{sum(d.num_facts for d in corpus.documents)} facts, {len(corpus.relations)} relations; "
+        f"{len(kept)} with entities (excluded: {', '.join(d for d, _ in excluded) or 'none'})"
+    )
     click.echo(f"wrote {target} and {meta}")
     if docred and n_text == len(corpus) and len(corpus):
-        kept_corpus = Corpus(documents=kept, relations=corpus.relations, entity_types=corpus.entity_types,
-                             name=corpus.name, report=corpus.report, meta=dict(corpus.meta))
+        kept_corpus = Corpus(
+            documents=kept,
+            relations=corpus.relations,
+            entity_types=corpus.entity_types,
+            name=corpus.name,
+            report=corpus.report,
+            meta=dict(corpus.meta),
+        )
         written = write_docred(tokenize_documents(kept_corpus), out_dir / "docred_style")
         click.echo("wrote " + ", ".join(str(w) for w in written))
     elif docred:
-        click.echo(f"no docred-style files: {len(corpus) - n_text} documents have no article text "
-                   "(run DWIE's src/dwie_download.py to fetch it)")
+        click.echo(
+            f"no docred-style files: {len(corpus) - n_text} documents have no article text "
+            "(run DWIE's src/dwie_download.py to fetch it)"
+        )

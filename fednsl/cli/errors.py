@@ -18,8 +18,18 @@ import click
 
 # errors a damaged or foreign input file raises while being read
 DATA_ERRORS: tuple[type[BaseException], ...] = (
-    UnicodeDecodeError, json.JSONDecodeError, zlib.error, gzip.BadGzipFile, EOFError, tarfile.TarError,
-    zipfile.BadZipFile, OverflowError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+    UnicodeDecodeError,
+    json.JSONDecodeError,
+    zlib.error,
+    gzip.BadGzipFile,
+    EOFError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    OverflowError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
 )
 
 

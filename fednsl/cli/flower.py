@@ -56,15 +56,27 @@ def _host_of(address: str) -> str:
 def _insecure(where: str, host: str) -> None:
     """Allow ``--insecure`` only on loopback, and say what it means."""
     if not _is_loopback(host):
-        raise click.UsageError(f"--insecure is refused for the non-loopback address {host!r}: anyone on the "
-                               f"network could read the models and impersonate {where}; use TLS "
-                               "(`fednsl flower certs DIR` makes test certificates)")
-    click.echo(f"warning: {where} runs with --insecure (no TLS, no SuperNode authentication); "
-               "only for trials on this machine", err=True)
+        raise click.UsageError(
+            f"--insecure is refused for the non-loopback address {host!r}: anyone on the "
+            f"network could read the models and impersonate {where}; use TLS "
+            "(`fednsl flower certs DIR` makes test certificates)"
+        )
+    click.echo(
+        f"warning: {where} runs with --insecure (no TLS, no SuperNode authentication); only for trials on this machine",
+        err=True,
+    )
 
 
-def superlink_argv(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_certfile: str | None,
-                   ssl_keyfile: str | None, supernode_auth: bool, insecure: bool, database: str | None) -> list[str]:
+def superlink_argv(
+    host: str,
+    port: int | None,
+    ssl_ca_certfile: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+    supernode_auth: bool,
+    insecure: bool,
+    database: str | None,
+) -> list[str]:
     """The ``flower-superlink`` command line: TLS and SuperNode authentication unless ``insecure`` (loopback only)."""
     from fednsl.engines.flower_procs import flower_bin
 
@@ -74,8 +86,10 @@ def superlink_argv(host: str, port: int | None, ssl_ca_certfile: str | None, ssl
     if insecure and any(tls):
         raise click.UsageError("--insecure contradicts the --ssl-* options")
     if not insecure and not all(tls):
-        raise click.UsageError("the SuperLink needs TLS: give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile "
-                               "(`fednsl flower certs DIR` makes test ones), or --insecure on a loopback address")
+        raise click.UsageError(
+            "the SuperLink needs TLS: give --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile "
+            "(`fednsl flower certs DIR` makes test ones), or --insecure on a loopback address"
+        )
     argv = [flower_bin("flower-superlink"), "--host", host, "--disable-runtime-dependency-installation"]
     if port is not None:
         argv += ["--port", str(port)]
@@ -83,39 +97,82 @@ def superlink_argv(host: str, port: int | None, ssl_ca_certfile: str | None, ssl
         _insecure("the SuperLink", host)
         argv.append("--insecure")
         return argv + (["--database", database] if database else [])
-    argv += ["--ssl-ca-certfile", str(ssl_ca_certfile), "--ssl-certfile", str(ssl_certfile),
-             "--ssl-keyfile", str(ssl_keyfile)]
+    argv += [
+        "--ssl-ca-certfile",
+        str(ssl_ca_certfile),
+        "--ssl-certfile",
+        str(ssl_certfile),
+        "--ssl-keyfile",
+        str(ssl_keyfile),
+    ]
     if supernode_auth:
         argv.append("--enable-supernode-auth")
     else:
-        click.echo("warning: SuperNode authentication is off: any SuperNode that reaches the SuperLink may join",
-                   err=True)
+        click.echo(
+            "warning: SuperNode authentication is off: any SuperNode that reaches the SuperLink may join", err=True
+        )
     return argv + (["--database", database] if database else [])
 
 
 @command.command("superlink")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address the SuperLink's HTTP API (Fleet, Control and Runtime) listens on; 0.0.0.0 for all.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the SuperLink's HTTP API (Fleet, Control and Runtime) listens on; 0.0.0.0 for all.",
+)
 @click.option("--port", type=int, default=None, help="Port of that API (Flower's default: 8000).")
-@click.option("--ssl-ca-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA certificate (PEM) for TLS (required unless --insecure).")
-@click.option("--ssl-certfile", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Server certificate (PEM) whose SANs name the address SuperNodes use.")
-@click.option("--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Server private key (PEM).")
-@click.option("--supernode-auth/--no-supernode-auth", default=True, show_default=True,
-              help="Accept only SuperNodes whose public keys were registered with `flwr supernode register`.")
-@click.option("--insecure", is_flag=True,
-              help="No TLS and no SuperNode authentication: only on a loopback --host, with a warning.")
+@click.option(
+    "--ssl-ca-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CA certificate (PEM) for TLS (required unless --insecure).",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Server certificate (PEM) whose SANs name the address SuperNodes use.",
+)
+@click.option(
+    "--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), default=None, help="Server private key (PEM)."
+)
+@click.option(
+    "--supernode-auth/--no-supernode-auth",
+    default=True,
+    show_default=True,
+    help="Accept only SuperNodes whose public keys were registered with `flwr supernode register`.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="No TLS and no SuperNode authentication: only on a loopback --host, with a warning.",
+)
 @click.option("--database", default=None, help="SQLite file for the SuperLink's state (default: in memory).")
-def superlink(host: str, port: int | None, ssl_ca_certfile: str | None, ssl_certfile: str | None,
-              ssl_keyfile: str | None, supernode_auth: bool, insecure: bool, database: str | None) -> None:
+def superlink(
+    host: str,
+    port: int | None,
+    ssl_ca_certfile: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+    supernode_auth: bool,
+    insecure: bool,
+    database: str | None,
+) -> None:
     """Start `flower-superlink`: TLS and SuperNode authentication by default, runtime dependency installation off."""
     _exec(superlink_argv(host, port, ssl_ca_certfile, ssl_certfile, ssl_keyfile, supernode_auth, insecure, database))
 
 
-def supernode_argv(address: str, partition_id: int, num_partitions: int, root_certificates: str | None,
-                   auth_key: str | None, supernode_auth: bool, insecure: bool, port: int | None) -> list[str]:
+def supernode_argv(
+    address: str,
+    partition_id: int,
+    num_partitions: int,
+    root_certificates: str | None,
+    auth_key: str | None,
+    supernode_auth: bool,
+    insecure: bool,
+    port: int | None,
+) -> list[str]:
     """The ``flower-supernode`` command line: TLS and a signing key unless ``insecure`` (loopback only)."""
     from fednsl.engines.flower_procs import flower_bin, free_port
 
@@ -124,14 +181,25 @@ def supernode_argv(address: str, partition_id: int, num_partitions: int, root_ce
     if insecure and (root_certificates or auth_key):
         raise click.UsageError("--insecure contradicts --root-certificates / --auth-key")
     if not insecure and not root_certificates:
-        raise click.UsageError("the SuperNode needs --root-certificates (the CA of the SuperLink's TLS "
-                               "certificate), or --insecure for a SuperLink on a loopback address")
+        raise click.UsageError(
+            "the SuperNode needs --root-certificates (the CA of the SuperLink's TLS "
+            "certificate), or --insecure for a SuperLink on a loopback address"
+        )
     if not insecure and supernode_auth and not auth_key:
-        raise click.UsageError("the SuperNode needs --auth-key (its private key, registered on the SuperLink with "
-                               "`flwr supernode register`), or --no-supernode-auth when the SuperLink does not "
-                               "authenticate SuperNodes")
-    argv = [flower_bin("flower-supernode"), "--superlink", address, "--port", str(port or free_port()),
-            "--node-config", f"partition-id={partition_id} num-partitions={num_partitions}"]
+        raise click.UsageError(
+            "the SuperNode needs --auth-key (its private key, registered on the SuperLink with "
+            "`flwr supernode register`), or --no-supernode-auth when the SuperLink does not "
+            "authenticate SuperNodes"
+        )
+    argv = [
+        flower_bin("flower-supernode"),
+        "--superlink",
+        address,
+        "--port",
+        str(port or free_port()),
+        "--node-config",
+        f"partition-id={partition_id} num-partitions={num_partitions}",
+    ]
     if insecure:
         _insecure("the SuperNode", _host_of(address))
         return argv + ["--insecure"]
@@ -143,24 +211,58 @@ def supernode_argv(address: str, partition_id: int, num_partitions: int, root_ce
 
 @command.command("supernode")
 @click.option("--superlink", "address", required=True, help="The SuperLink's host:port.")
-@click.option("--partition-id", type=int, required=True,
-              help="Which client this node serves: index into the method's sorted client ids.")
+@click.option(
+    "--partition-id",
+    type=int,
+    required=True,
+    help="Which client this node serves: index into the method's sorted client ids.",
+)
 @click.option("--num-partitions", type=int, required=True, help="The method's number of clients.")
-@click.option("--root-certificates", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA certificate (PEM) to verify the SuperLink's TLS certificate (required unless --insecure).")
-@click.option("--auth-key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="This node's private key (ECDSA, OpenSSH format), registered on the SuperLink.")
-@click.option("--supernode-auth/--no-supernode-auth", default=True, show_default=True,
-              help="Whether the SuperLink authenticates SuperNodes (then --auth-key is required).")
-@click.option("--insecure", is_flag=True,
-              help="No TLS and no authentication: only for a SuperLink on a loopback address, with a warning.")
-@click.option("--port", type=int, default=None,
-              help="Port of the node's local Runtime API (default: a free port; Flower's own default is 9094).")
-def supernode(address: str, partition_id: int, num_partitions: int, root_certificates: str | None,
-              auth_key: str | None, supernode_auth: bool, insecure: bool, port: int | None) -> None:
+@click.option(
+    "--root-certificates",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CA certificate (PEM) to verify the SuperLink's TLS certificate (required unless --insecure).",
+)
+@click.option(
+    "--auth-key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="This node's private key (ECDSA, OpenSSH format), registered on the SuperLink.",
+)
+@click.option(
+    "--supernode-auth/--no-supernode-auth",
+    default=True,
+    show_default=True,
+    help="Whether the SuperLink authenticates SuperNodes (then --auth-key is required).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="No TLS and no authentication: only for a SuperLink on a loopback address, with a warning.",
+)
+@click.option(
+    "--port",
+    type=int,
+    default=None,
+    help="Port of the node's local Runtime API (default: a free port; Flower's own default is 9094).",
+)
+def supernode(
+    address: str,
+    partition_id: int,
+    num_partitions: int,
+    root_certificates: str | None,
+    auth_key: str | None,
+    supernode_auth: bool,
+    insecure: bool,
+    port: int | None,
+) -> None:
     """Start `flower-supernode` for one client of a fednsl method (node config partition-id / num-partitions)."""
-    _exec(supernode_argv(address, partition_id, num_partitions, root_certificates, auth_key, supernode_auth,
-                         insecure, port))
+    _exec(
+        supernode_argv(
+            address, partition_id, num_partitions, root_certificates, auth_key, supernode_auth, insecure, port
+        )
+    )
 
 
 def _load(config: str, overrides: tuple[str, ...]):
@@ -175,34 +277,74 @@ def _load(config: str, overrides: tuple[str, ...]):
 @command.command("run")
 @click.argument("config")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config entry (repeatable).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory (default: runs/<config>-seed<seed>-<timestamp>); the ServerApp writes it on the "
-                   "SuperLink's host.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run directory (default: runs/<config>-seed<seed>-<timestamp>); the ServerApp writes it on the "
+    "SuperLink's host.",
+)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (server state).")
-@click.option("--superlink", "address", default=None, envvar="FEDNSL_FLOWER_SUPERLINK",
-              help="host:port of a running SuperLink [env FEDNSL_FLOWER_SUPERLINK]. Without it a local SuperLink "
-                   "and one SuperNode per client start on 127.0.0.1 and stop afterwards.")
-@click.option("--root-certificates", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="FEDNSL_FLOWER_ROOT_CERTIFICATES",
-              help="CA certificate (PEM) of that SuperLink's TLS certificate [env FEDNSL_FLOWER_ROOT_CERTIFICATES]. "
-                   "Without: insecure connection.")
-@click.option("--local-tls", is_flag=True,
-              help="The local federation uses a self-signed TLS certificate and SuperNode authentication.")
-@click.option("--node-wait-s", type=float, default=120.0, show_default=True,
-              help="How long the ServerApp waits for every client's SuperNode before starting.")
-@click.option("--run-timeout-s", type=float, default=86400.0, show_default=True,
-              help="Stop the Flower run (flwr stop) after this long.")
+@click.option(
+    "--superlink",
+    "address",
+    default=None,
+    envvar="FEDNSL_FLOWER_SUPERLINK",
+    help="host:port of a running SuperLink [env FEDNSL_FLOWER_SUPERLINK]. Without it a local SuperLink "
+    "and one SuperNode per client start on 127.0.0.1 and stop afterwards.",
+)
+@click.option(
+    "--root-certificates",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    envvar="FEDNSL_FLOWER_ROOT_CERTIFICATES",
+    help="CA certificate (PEM) of that SuperLink's TLS certificate [env FEDNSL_FLOWER_ROOT_CERTIFICATES]. "
+    "Without: insecure connection.",
+)
+@click.option(
+    "--local-tls",
+    is_flag=True,
+    help="The local federation uses a self-signed TLS certificate and SuperNode authentication.",
+)
+@click.option(
+    "--node-wait-s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="How long the ServerApp waits for every client's SuperNode before starting.",
+)
+@click.option(
+    "--run-timeout-s",
+    type=float,
+    default=86400.0,
+    show_default=True,
+    help="Stop the Flower run (flwr stop) after this long.",
+)
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def run(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool, address: str | None,
-        root_certificates: Path | None, local_tls: bool, node_wait_s: float, run_timeout_s: float,
-        quiet: bool) -> None:
+def run(
+    config: str,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    resume: bool,
+    address: str | None,
+    root_certificates: Path | None,
+    local_tls: bool,
+    node_wait_s: float,
+    run_timeout_s: float,
+    quiet: bool,
+) -> None:
     """Train CONFIG with `--engine flower`: submitted with `flwr run` to a SuperLink (or a local federation)."""
     from fednsl.engines.flower_deploy import DeploymentOptions
     from fednsl.pipeline import train
 
     cfg = _load(config, overrides + ("engine=flower",))
-    opts = DeploymentOptions(superlink=address, root_certificates=root_certificates, local_tls=local_tls,
-                             node_wait_s=node_wait_s, run_timeout_s=run_timeout_s)
+    opts = DeploymentOptions(
+        superlink=address,
+        root_certificates=root_certificates,
+        local_tls=local_tls,
+        node_wait_s=node_wait_s,
+        run_timeout_s=run_timeout_s,
+    )
     os.environ.update(opts.to_env())  # what the engine reads (DeploymentOptions.from_env)
     try:
         result = train(cfg, out, resume=resume, progress=not quiet)
@@ -215,11 +357,20 @@ def run(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool,
 @click.argument("config")
 @click.argument("app_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config entry (repeatable).")
-@click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Run directory the ServerApp writes (absolute path on the SuperLink's host).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Run directory the ServerApp writes (absolute path on the SuperLink's host).",
+)
 @click.option("--resume", is_flag=True, help="The ServerApp resumes from the newest checkpoint in --out.")
-@click.option("--node-wait-s", type=float, default=120.0, show_default=True,
-              help="How long the ServerApp waits for every client's SuperNode before starting.")
+@click.option(
+    "--node-wait-s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="How long the ServerApp waits for every client's SuperNode before starting.",
+)
 def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resume: bool, node_wait_s: float) -> None:
     """Write APP_DIR/pyproject.toml: a Flower app running CONFIG, for `flwr run APP_DIR CONNECTION`."""
     from fednsl.engines.flower_app import write_app
@@ -227,24 +378,40 @@ def app(config: str, app_dir: Path, overrides: tuple[str, ...], out: Path, resum
     cfg = _load(config, overrides)
     path = write_app(app_dir, cfg, out, resume=resume, node_wait_s=node_wait_s)
     click.echo(f"wrote {path / 'pyproject.toml'}")
-    click.echo(f"run it:  flwr run {path} <connection>   (SuperNodes: --node-config 'partition-id=I "
-               f"num-partitions=N', N = the method's clients)")
+    click.echo(
+        f"run it:  flwr run {path} <connection>   (SuperNodes: --node-config 'partition-id=I "
+        f"num-partitions=N', N = the method's clients)"
+    )
 
 
 @command.command("certs")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--host", "hosts", multiple=True, default=("127.0.0.1", "localhost"), show_default=True,
-              help="Names/IPs the SuperLink certificate is valid for (repeatable).")
-@click.option("--supernodes", type=int, default=0, show_default=True,
-              help="Also write this many SuperNode key pairs (for --enable-supernode-auth).")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    default=("127.0.0.1", "localhost"),
+    show_default=True,
+    help="Names/IPs the SuperLink certificate is valid for (repeatable).",
+)
+@click.option(
+    "--supernodes",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Also write this many SuperNode key pairs (for --enable-supernode-auth).",
+)
 def certs(directory: Path, hosts: tuple[str, ...], supernodes: int) -> None:
     """Write a self-signed CA, a SuperLink certificate and SuperNode keys into DIRECTORY (for tests and trials)."""
     from fednsl.engines.flower_tls import make_node_keys, make_tls
 
     files = make_tls(directory, hosts=hosts)
-    click.echo(f"superlink: --ssl-ca-certfile {files.ca_cert} --ssl-certfile {files.server_cert} "
-               f"--ssl-keyfile {files.server_key}")
+    click.echo(
+        f"superlink: --ssl-ca-certfile {files.ca_cert} --ssl-certfile {files.server_cert} "
+        f"--ssl-keyfile {files.server_key}"
+    )
     click.echo(f"supernodes / flwr: --root-certificates {files.ca_cert}")
     for i, (priv, pub) in enumerate(make_node_keys(directory, supernodes)):
-        click.echo(f"supernode {i}: register with `flwr supernode register {pub} <connection>`, "
-                   f"start with --auth-key {priv}")
+        click.echo(
+            f"supernode {i}: register with `flwr supernode register {pub} <connection>`, start with --auth-key {priv}"
+        )

@@ -58,19 +58,29 @@ def kg_info_dict(source: str, top: int = 15) -> dict[str, Any]:
     train_rels = np.zeros(kg.num_relations, dtype=bool)
     train_rels[kg.train[:, 1]] = True
     out: dict[str, Any] = {
-        "name": kg.name, "source": source, "load_seconds": round(seconds, 3),
-        "entities": kg.num_entities, "relations": kg.num_relations,
+        "name": kg.name,
+        "source": source,
+        "load_seconds": round(seconds, 3),
+        "entities": kg.num_entities,
+        "relations": kg.num_relations,
         "triples": {s: len(kg.split(s)) for s in SPLITS},
         "entities_in_train": int(train_ents.sum()),
         "eval_triples_with_entity_unseen_in_train": {
-            s: int((~train_ents[kg.split(s)[:, 0]] | ~train_ents[kg.split(s)[:, 2]]).sum()) for s in ("valid", "test")},
+            s: int((~train_ents[kg.split(s)[:, 0]] | ~train_ents[kg.split(s)[:, 2]]).sum()) for s in ("valid", "test")
+        },
         "relations_unseen_in_train": int((~train_rels).sum()),
         "top_relations": [{"relation": kg.relations[i], "triples": int(counts[i])} for i in shown],
     }
     if clients is not None:
-        out["clients"] = [{"client": k, "relations": len(np.unique(c.all_triples()[:, 1])),
-                           "entities": len(np.unique(c.all_triples()[:, [0, 2]])),
-                           **{s: len(c.split(s)) for s in SPLITS}} for k, c in enumerate(clients)]
+        out["clients"] = [
+            {
+                "client": k,
+                "relations": len(np.unique(c.all_triples()[:, 1])),
+                "entities": len(np.unique(c.all_triples()[:, [0, 2]])),
+                **{s: len(c.split(s)) for s in SPLITS},
+            }
+            for k, c in enumerate(clients)
+        ]
     if kg.name.startswith("synthetic:"):
         from kg.kg_synthetic import planted_kg
 
@@ -82,12 +92,16 @@ def kg_info_dict(source: str, top: int = 15) -> dict[str, Any]:
 def _echo(info: dict[str, Any], top: int) -> None:
     e = click.echo
     t = info["triples"]
-    e(f"knowledge graph {info['name']}: {info['entities']} entities, {info['relations']} relations "
-      f"(loaded in {info['load_seconds']:.2f} s)")
+    e(
+        f"knowledge graph {info['name']}: {info['entities']} entities, {info['relations']} relations "
+        f"(loaded in {info['load_seconds']:.2f} s)"
+    )
     e(f"triples: train {t['train']}, valid {t['valid']}, test {t['test']} (total {sum(t.values())})")
     unseen = info["eval_triples_with_entity_unseen_in_train"]
-    e(f"entities in train {info['entities_in_train']}; relations missing from train {info['relations_unseen_in_train']}; "
-      f"eval triples with an entity unseen in train: valid {unseen['valid']}, test {unseen['test']}")
+    e(
+        f"entities in train {info['entities_in_train']}; relations missing from train {info['relations_unseen_in_train']}; "
+        f"eval triples with an entity unseen in train: valid {unseen['valid']}, test {unseen['test']}"
+    )
     rels = info["top_relations"]
     e(f"relations by triples{'' if len(rels) == info['relations'] else f' (top {top})'}:")
     for r in rels:
@@ -95,8 +109,10 @@ def _echo(info: dict[str, Any], top: int) -> None:
     if "clients" in info:
         e(f"{'client':>6s} {'relations':>9s} {'entities':>8s} {'train':>8s} {'valid':>7s} {'test':>7s}")
         for c in info["clients"]:
-            e(f"{c['client']:>6d} {c['relations']:>9d} {c['entities']:>8d} {c['train']:>8d} {c['valid']:>7d} "
-              f"{c['test']:>7d}")
+            e(
+                f"{c['client']:>6d} {c['relations']:>9d} {c['entities']:>8d} {c['train']:>8d} {c['valid']:>7d} "
+                f"{c['test']:>7d}"
+            )
     if info.get("planted_rules"):
         e(f"planted rules ({len(info['planted_rules'])}):")
         for r in info["planted_rules"]:

@@ -11,17 +11,20 @@ import logging
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 import fednsl
 from fednsl.cli.errors import DATA_ERRORS, as_bad_input
 
+BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, KeyError, FileNotFoundError, FileExistsError, *DATA_ERRORS)
+
 
 class _Group(click.Group):
     """Maps errors of damaged input files raised anywhere below to one line and exit status 2."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DATA_ERRORS as exc:
@@ -42,23 +45,48 @@ def cli(verbose: int) -> None:
 
 @cli.command()
 @click.argument("config")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a config entry, e.g. --set rounds=3 --set method_kwargs.kl_weight=0.1 "
-                   "(values are parsed as YAML; repeatable).")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory (default: runs/<config>-seed<seed>-<timestamp>).")
-@click.option("--resume", is_flag=True,
-              help="Continue the run in --out (or the newest run of this config) from its last checkpoint; "
-                   "the result equals an uninterrupted run.")
-@click.option("--start-over", is_flag=True,
-              help="With --resume: when no checkpoint of the run can be read, move its metrics and checkpoints "
-                   "to RUN_DIR/discarded-<time>/ and train from round 1 (without it, such a resume is refused).")
-@click.option("--engine", default=None,
-              help="Where rounds run: inprocess (default), or another registered engine "
-                   "(see `fednsl methods`). Same as --set engine=NAME.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config entry, e.g. --set rounds=3 --set method_kwargs.kl_weight=0.1 "
+    "(values are parsed as YAML; repeatable).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run directory (default: runs/<config>-seed<seed>-<timestamp>).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --out (or the newest run of this config) from its last checkpoint; "
+    "the result equals an uninterrupted run.",
+)
+@click.option(
+    "--start-over",
+    is_flag=True,
+    help="With --resume: when no checkpoint of the run can be read, move its metrics and checkpoints "
+    "to RUN_DIR/discarded-<time>/ and train from round 1 (without it, such a resume is refused).",
+)
+@click.option(
+    "--engine",
+    default=None,
+    help="Where rounds run: inprocess (default), or another registered engine "
+    "(see `fednsl methods`). Same as --set engine=NAME.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: bool, start_over: bool,
-          engine: str | None, quiet: bool) -> None:
+def train(
+    config: str,
+    overrides: tuple[str, ...],
+    out: Path | None,
+    resume: bool,
+    start_over: bool,
+    engine: str | None,
+    quiet: bool,
+) -> None:
     """Train the method of CONFIG (a YAML path or the name of a shipped config).
 
     Writes RUN_DIR/config.yaml (resolved), metrics.jsonl and metrics.csv, checkpoints/,
@@ -76,7 +104,7 @@ def train(config: str, overrides: tuple[str, ...], out: Path | None, resume: boo
         result = run_train(cfg, out, resume=resume, progress=not quiet, start_over=start_over)
     except QuorumLostError as exc:  # the run stopped as configured (on_quorum_loss: abort); checkpoints are kept
         raise click.ClickException(f"run stopped: {exc}; resume it with --resume") from exc
-    except (ValueError, KeyError, FileNotFoundError, FileExistsError, *DATA_ERRORS) as exc:
+    except BAD_INPUT as exc:
         raise as_bad_input(exc) from exc
     click.echo(f"results: {result.run_dir}")
     for name in ("metrics.jsonl", "plots", "rules.tsv", "summary.json"):

@@ -117,7 +117,11 @@ def _rows_tsv(rows: list[RuleRow]) -> str:
 @click.option("--client", default=None, help="Sort and show this client's posterior and weights.")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="At most K rules per triple.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "tsv", "json"]), default="text", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "tsv", "json"]),
+    default="text",
+    show_default=True,
     help="Output format.",
 )
 def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str) -> None:
@@ -146,7 +150,10 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
 @command.command("export")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
-    "--format", "fmt", type=click.Choice(["anyburl", "amie", "json", "golden", "rnnlogic"]), required=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["anyburl", "amie", "json", "golden", "rnnlogic"]),
+    required=True,
     help="anyburl: 'predicted<TAB>correct<TAB>confidence<TAB>h(X,Y) <= ...' (PyClause/SAFRAN); amie: AMIE 3 TSV; "
     "json: every rule with probabilities and measures; golden: 'head <- b1, ~b2'; rnnlogic: integer ids.",
 )
@@ -189,12 +196,18 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
 @click.argument("run_dir", type=RUN_DIR)
 @click.option("--client", "clients", multiple=True, required=True, help="Client id; give exactly two (A then B).")
 @click.option(
-    "--by", type=click.Choice(["head", "triple"]), default="head", show_default=True,
+    "--by",
+    type=click.Choice(["head", "triple"]),
+    default="head",
+    show_default=True,
     help="Compare per head relation (each client's triples merged, weighted by #instances) or per triple both "
     "clients hold (clients owning different entity-type combinations share no triple).",
 )
 @click.option(
-    "--top", type=click.IntRange(min=1), default=3, show_default=True,
+    "--top",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
     help="Bodies with the largest |p_A - p_B| per row.",
 )
 @click.option("--head", "head", default=None, help="Only this head relation.")
@@ -237,22 +250,40 @@ def _npz(path: Path) -> dict[str, Any]:
 @command.command("explain")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
-    "--values", "values_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    "--values",
+    "values_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
     help="A document's value tensor as .npz: key 'values' (N,N,2R+1) or (N,N,R) in [0,1]; optional "
     "'entity_names' (N,) and 'entity_types' (N,).",
 )
-@click.option("--doc", "doc_id", default=None,
-              help="Instead of --values: a document id of the run; its data and backbone values are rebuilt from "
-              "RUN_DIR/config.yaml (a trained backbone is read from its cache).")
+@click.option(
+    "--doc",
+    "doc_id",
+    default=None,
+    help="Instead of --values: a document id of the run; its data and backbone values are rebuilt from "
+    "RUN_DIR/config.yaml (a trained backbone is read from its cache).",
+)
 @click.option("--head", "head", required=True, help="Head relation (name or id).")
-@click.option("--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names).")
+@click.option(
+    "--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names)."
+)
 @click.option("--client", default=None, help="Use this client's posterior, weights and bias.")
 @click.option("--types", nargs=2, default=None, help="Head and tail entity type (name or id) selecting the triple.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the K strongest bodies.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
 def explain(
-    run_dir: Path, values_path: Path | None, doc_id: str | None, head: str, pair: tuple[str, str], client: str | None,
-    types: tuple[str, str] | None, top: int, fmt: str,
+    run_dir: Path,
+    values_path: Path | None,
+    doc_id: str | None,
+    head: str,
+    pair: tuple[str, str],
+    client: str | None,
+    types: tuple[str, str] | None,
+    top: int,
+    fmt: str,
 ) -> None:
     """Which rule bodies and entity paths support HEAD(H, T) in one document (--values FILE or --doc DOC)."""
     store = _load(run_dir)
@@ -283,14 +314,21 @@ def explain(
         if x.lstrip("-").isdigit():
             return int(x)
         if names is None or x not in names:
-            raise click.ClickException(f"entity {x!r} is not an index{'' if names is None else ' or a name in the document'}")
+            raise click.ClickException(
+                f"entity {x!r} is not an index{'' if names is None else ' or a name in the document'}"
+            )
         return names.index(x)
 
     try:
         result = explain_pair(
-            values, store, head, (entity(pair[0]), entity(pair[1])), client=client,
+            values,
+            store,
+            head,
+            (entity(pair[0]), entity(pair[1])),
+            client=client,
             types=tuple(types) if types else None,  # type: ignore[arg-type]
-            entity_types=entity_types, top=top,
+            entity_types=entity_types,
+            top=top,
         )
     except (ValueError, KeyError, RuleSyntaxError) as err:
         raise click.ClickException(str(err)) from err
@@ -307,7 +345,9 @@ def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> l
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected a {fmt} rule file") from None
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); expected a {fmt} rule file"
+        ) from None
     if fmt == "golden":
         return [ScoredRule(r) for r in parse_rules(text, vocab, source=str(path))]
     if fmt == "anyburl":

@@ -21,20 +21,41 @@ def _bad_input(message: str) -> None:
 
 @rules_group.command("score")
 @click.argument("rule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kg", "source", required=True,
-              help="The KG: a folder with train/valid/test, pykeen:NAME, or synthetic[:SEED].")
-@click.option("--format", "fmt", type=click.Choice(["anyburl", "amie", "rnnlogic"]), required=True,
-              help="Rule file format (AnyBURL/PyClause, AMIE 3 TSV, RNNLogic integer rules).")
-@click.option("--relations", "relations_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="rnnlogic only: the relations.dict its ids refer to (default: the KG's own ids).")
+@click.option(
+    "--kg", "source", required=True, help="The KG: a folder with train/valid/test, pykeen:NAME, or synthetic[:SEED]."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["anyburl", "amie", "rnnlogic"]),
+    required=True,
+    help="Rule file format (AnyBURL/PyClause, AMIE 3 TSV, RNNLogic integer rules).",
+)
+@click.option(
+    "--relations",
+    "relations_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="rnnlogic only: the relations.dict its ids refer to (default: the KG's own ids).",
+)
 @click.option("--split", type=click.Choice(["test", "valid"]), default="test", show_default=True)
 @click.option("--aggregator", type=click.Choice(["sum", "max", "noisy-or"]), default="sum", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Use each head's first K rules (file order).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Predictor epochs per head.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-def score(rule_file: Path, source: str, fmt: str, relations_file: Path | None, split: str, aggregator: str,
-          top: int | None, epochs: int | None, seed: int, as_json: bool) -> None:
+def score(
+    rule_file: Path,
+    source: str,
+    fmt: str,
+    relations_file: Path | None,
+    split: str,
+    aggregator: str,
+    top: int | None,
+    epochs: int | None,
+    seed: int,
+    as_json: bool,
+) -> None:
     """Fit rule weights on the KG's train split (early-stopped on valid) and report filtered MRR, MR, Hits@1/3/10
     (ties by expectation; pessimistic beside) on --split, so rule files of different tools meet one protocol."""
     from fednsl.methods.fednsl_kg.config import resolve_source
@@ -68,8 +89,12 @@ def score(rule_file: Path, source: str, fmt: str, relations_file: Path | None, s
             theirs = RelationVocab(read_rnnlogic_relations(relations_file))
             rules = []
             for r in parse_rnnlogic(text, theirs, source=str(rule_file), skip_unsupported=True):
-                rules.append(Rule(vocab.relation_id(theirs.names[r.head]),
-                                  tuple(vocab.token_id(theirs.token_name(t)) for t in r.body)))
+                rules.append(
+                    Rule(
+                        vocab.relation_id(theirs.names[r.head]),
+                        tuple(vocab.token_id(theirs.token_name(t)) for t in r.body),
+                    )
+                )
     except (RuleSyntaxError, ValueError) as err:
         _bad_input(str(err))
     if not rules:
@@ -77,14 +102,25 @@ def score(rule_file: Path, source: str, fmt: str, relations_file: Path | None, s
     predictor = {"epochs": epochs} if epochs else {}
     metrics, log = score_rules(rules, kg, aggregator=aggregator, split=split, predictor=predictor, seed=seed, top=top)
     m = metrics.compute()
-    out = {"kg": kg.name, "split": split, "rule_file": str(rule_file), "format": fmt, "aggregator": aggregator,
-           **log, **{k: m[k] for k in ("mrr", "mr", "hits@1", "hits@3", "hits@10", "mrr_pessimistic")},
-           "queries": int(m["count"])}
+    out = {
+        "kg": kg.name,
+        "split": split,
+        "rule_file": str(rule_file),
+        "format": fmt,
+        "aggregator": aggregator,
+        **log,
+        **{k: m[k] for k in ("mrr", "mr", "hits@1", "hits@3", "hits@10", "mrr_pessimistic")},
+        "queries": int(m["count"]),
+    }
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    click.echo(f"{kg.name} {split}: {out['rules']} rules over {out['heads']} head relations, "
-               f"{out['queries']} queries (filtered, ties by expectation)")
-    click.echo(f"  MRR {m['mrr']:.4f}  MR {m['mr']:.1f}  Hits@1 {m['hits@1']:.4f}  Hits@3 {m['hits@3']:.4f}  "
-               f"Hits@10 {m['hits@10']:.4f}  (pessimistic MRR {m['mrr_pessimistic']:.4f})")
+    click.echo(
+        f"{kg.name} {split}: {out['rules']} rules over {out['heads']} head relations, "
+        f"{out['queries']} queries (filtered, ties by expectation)"
+    )
+    click.echo(
+        f"  MRR {m['mrr']:.4f}  MR {m['mr']:.1f}  Hits@1 {m['hits@1']:.4f}  Hits@3 {m['hits@3']:.4f}  "
+        f"Hits@10 {m['hits@10']:.4f}  (pessimistic MRR {m['mrr_pessimistic']:.4f})"
+    )
     click.echo(f"  fit {out['fit_s']:.1f}s, evaluation {out['eval_s']:.1f}s")

@@ -15,8 +15,9 @@ from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import Message, Schema, weights_request_schema, weights_schema
 from fednsl.federation.roles import Metrics, Stage, Strategy
 
-EVAL_SCHEMA = Schema(metrics=("num_examples", "loss", "accuracy"),
-                     required_metrics=("num_examples", "loss", "accuracy"))
+EVAL_SCHEMA = Schema(
+    metrics=("num_examples", "loss", "accuracy"), required_metrics=("num_examples", "loss", "accuracy")
+)
 
 
 @dataclass
@@ -24,10 +25,10 @@ class FedAvgConfig:
     """FedAvg options (``method_kwargs`` of ``fedavg``)."""
 
     hidden: int = 32
-    lr: float = 0.1          # client SGD learning rate
-    local_epochs: int = 1    # E in McMahan et al. (2017)
-    batch_size: int = 32     # B
-    server_lr: float = 1.0   # 1.0 = plain FedAvg (server applies the averaged weights)
+    lr: float = 0.1  # client SGD learning rate
+    local_epochs: int = 1  # E in McMahan et al. (2017)
+    batch_size: int = 32  # B
+    server_lr: float = 1.0  # 1.0 = plain FedAvg (server applies the averaged weights)
 
 
 class FedAvgStrategy(Strategy):
@@ -37,10 +38,24 @@ class FedAvgStrategy(Strategy):
         self.example_limits: dict[str, int] = {}  # client -> most examples it holds (known at enrolment)
 
     def declare_stages(self) -> tuple[Stage, ...]:
-        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
-                      request=self.weights_request_schema, limits=self.count_limits),
-                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=self.evaluate_reply_schema,
-                      request=self.weights_request_schema, limits=self.count_limits))
+        return (
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=self.train_reply_schema,
+                request=self.weights_request_schema,
+                limits=self.count_limits,
+            ),
+            Stage(
+                "evaluate",
+                self.configure_evaluate,
+                self.aggregate_evaluate,
+                reply=self.evaluate_reply_schema,
+                request=self.weights_request_schema,
+                limits=self.count_limits,
+            ),
+        )
 
     def count_limits(self, cid: str) -> dict[str, float]:
         """``num_examples`` of a reply is at most what the client enrolled with (when the server knows it)."""
@@ -57,9 +72,12 @@ class FedAvgStrategy(Strategy):
         return EVAL_SCHEMA
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
-        return Message("train", rnd, arrays=self.weights,
-                       config={"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs,
-                               "batch_size": self.cfg.batch_size})
+        return Message(
+            "train",
+            rnd,
+            arrays=self.weights,
+            config={"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs, "batch_size": self.cfg.batch_size},
+        )
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = [r.metrics["num_examples"] for r in replies.values()]

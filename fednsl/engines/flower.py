@@ -71,8 +71,9 @@ def _server_main(grid: Grid, context: Context) -> None:
     try:
         fed = build_method(config)  # the strategy and the client ids; client objects stay unused here
         opts = GridOptions(node_wait_s=float(rc.get("node-wait-s", 120.0)), poll_s=float(rc.get("poll-s", 0.1)))
-        GridRunner(fed, config, run_dir, grid=grid, resume=bool(rc.get("resume", False)), progress=False,
-                   options=opts).run()
+        GridRunner(
+            fed, config, run_dir, grid=grid, resume=bool(rc.get("resume", False)), progress=False, options=opts
+        ).run()
     finally:
         root.removeHandler(handler)
         handler.close()
@@ -87,9 +88,17 @@ server_app.main()(_server_main)
 class FlowerSimulationEngine:
     """``--engine flower-sim``: Flower's simulation runtime (Ray), one virtual SuperNode per client."""
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, resume: bool = False,
-                 progress: bool = True, message_hook: MessageHook | None = None,
-                 options: GridOptions | None = None):
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+        options: GridOptions | None = None,
+    ):
         self.fed, self.cfg, self.run_dir = federation, config, Path(run_dir)
         self.resume, self.progress, self.hook = resume, progress, message_hook
         self.opts = options or GridOptions(node_wait_s=60.0, poll_s=0.02)
@@ -109,13 +118,19 @@ class FlowerSimulationEngine:
 
             @app.main()
             def _main(grid: Grid, context: Context) -> None:
-                holder["result"] = GridRunner(self.fed, self.cfg, self.run_dir, grid=grid, resume=self.resume,
-                                              progress=self.progress, message_hook=self.hook,
-                                              options=self.opts).run()
+                holder["result"] = GridRunner(
+                    self.fed,
+                    self.cfg,
+                    self.run_dir,
+                    grid=grid,
+                    resume=self.resume,
+                    progress=self.progress,
+                    message_hook=self.hook,
+                    options=self.opts,
+                ).run()
 
             backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
-            run_simulation(app, FednslClientApp(source), num_supernodes=len(self.fed.clients),
-                           backend_config=backend)
+            run_simulation(app, FednslClientApp(source), num_supernodes=len(self.fed.clients), backend_config=backend)
         if "result" not in holder:
             raise RuntimeError("the Flower simulation ended without a result (see the log above)")
         return holder["result"]
@@ -134,8 +149,14 @@ def ray_runtime(actors: int = 1) -> Iterator[Any]:
     if started:
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         path = os.pathsep.join([*sys.path, *filter(None, [os.environ.get("PYTHONPATH")])])
-        ray.init(num_cpus=actors, num_gpus=0, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+        ray.init(
+            num_cpus=actors,
+            num_gpus=0,
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
     try:
         yield ray
     finally:
@@ -160,19 +181,35 @@ class FlowerDeploymentEngine:
     ``FEDNSL_FLOWER_*``; ``fednsl flower run`` sets them from its flags).
     """
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, resume: bool = False,
-                 progress: bool = True, message_hook: MessageHook | None = None,
-                 options: DeploymentOptions | None = None):
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+        options: DeploymentOptions | None = None,
+    ):
         if message_hook is not None:
-            raise ValueError("engine 'flower': a message_hook cannot observe messages in other processes; "
-                             "use engine 'flower-sim' to inspect messages")
+            raise ValueError(
+                "engine 'flower': a message_hook cannot observe messages in other processes; "
+                "use engine 'flower-sim' to inspect messages"
+            )
         self.fed, self.cfg, self.run_dir = federation, config, Path(run_dir).resolve()
         self.resume, self.progress = resume, progress
         self.opts = options if options is not None else DeploymentOptions.from_env()
 
     def run(self) -> RunResult:
-        run_deployment(self.cfg, self.run_dir, num_clients=len(self.fed.clients), resume=self.resume,
-                       options=self.opts, progress=self.progress)
+        run_deployment(
+            self.cfg,
+            self.run_dir,
+            num_clients=len(self.fed.clients),
+            resume=self.resume,
+            options=self.opts,
+            progress=self.progress,
+        )
         rounds = restore_final_state(self.fed, self.run_dir)
         return RunResult(self.run_dir, rounds, MetricsLog(self.run_dir).rows(), self.fed)
 
@@ -187,6 +224,20 @@ def register(engines: Any) -> None:
             engines.register(name)(factory)
 
 
-__all__ = ["ENGINE_NAMES", "FednslClientApp", "FlowerDeploymentEngine", "FlowerSimulationEngine", "GridOptions",
-           "GridRunner", "GridTransport", "build_method", "client_app", "config_from_text", "config_text", "ray_runtime", "register",
-           "restore_final_state", "server_app"]
+__all__ = [
+    "ENGINE_NAMES",
+    "FednslClientApp",
+    "FlowerDeploymentEngine",
+    "FlowerSimulationEngine",
+    "GridOptions",
+    "GridRunner",
+    "GridTransport",
+    "build_method",
+    "client_app",
+    "config_from_text",
+    "config_text",
+    "ray_runtime",
+    "register",
+    "restore_final_state",
+    "server_app",
+]

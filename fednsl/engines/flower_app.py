@@ -11,8 +11,15 @@ from fednsl.config import RunConfig
 from fednsl.engines.flower_client import config_text
 
 
-def write_app(app_dir: Path, config: RunConfig, run_dir: Path, *, resume: bool = False,
-              node_wait_s: float = 120.0, poll_s: float = 0.1) -> Path:
+def write_app(
+    app_dir: Path,
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    node_wait_s: float = 120.0,
+    poll_s: float = 0.1,
+) -> Path:
     """A Flower app directory (just ``pyproject.toml``) that runs ``config`` and writes ``run_dir``.
 
     ``flwr run APP_DIR CONNECTION`` submits it; the ServerApp (on the SuperLink's host) writes the run
@@ -25,21 +32,32 @@ def write_app(app_dir: Path, config: RunConfig, run_dir: Path, *, resume: bool =
     config = replace(config, engine="flower")
     doc = {
         "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
-        "project": {"name": "fednsl-flower-app", "version": __version__,
-                    "description": f"fednsl {config.method} ({config.name}) on Flower",
-                    "license": "MIT", "dependencies": []},
+        "project": {
+            "name": "fednsl-flower-app",
+            "version": __version__,
+            "description": f"fednsl {config.method} ({config.name}) on Flower",
+            "license": "MIT",
+            "dependencies": [],
+        },
         "tool": {
             "hatch": {"build": {"targets": {"wheel": {"packages": ["."]}}}},
-            "flwr": {"app": {
-                "publisher": "fednsl",
-                "components": {"serverapp": "fednsl.engines.flower:server_app",
-                               "clientapp": "fednsl.engines.flower_client:client_app"},
-                "config": {"fednsl-config": config_text(config), "run-dir": str(Path(run_dir).resolve()),
-                           "resume": bool(resume), "node-wait-s": float(node_wait_s), "poll-s": float(poll_s)},
-            }},
+            "flwr": {
+                "app": {
+                    "publisher": "fednsl",
+                    "components": {
+                        "serverapp": "fednsl.engines.flower:server_app",
+                        "clientapp": "fednsl.engines.flower_client:client_app",
+                    },
+                    "config": {
+                        "fednsl-config": config_text(config),
+                        "run-dir": str(Path(run_dir).resolve()),
+                        "resume": bool(resume),
+                        "node-wait-s": float(node_wait_s),
+                        "poll-s": float(poll_s),
+                    },
+                }
+            },
         },
     }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(doc))
     return app_dir
-
-

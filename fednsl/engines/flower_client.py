@@ -39,20 +39,37 @@ from flwr.clientapp import ClientApp  # noqa: E402
 
 from fednsl.engines.flower_records import from_recorddict, to_recorddict  # noqa: E402
 from fednsl.engines.flower_source import (  # noqa: E402
-    ClientSource, ConfigSource, ShippedSource, build_method, config_from_text, config_text, dump_state, load_state,
+    ClientSource,
+    ConfigSource,
+    ShippedSource,
+    build_method,
+    config_from_text,
+    config_text,
+    dump_state,
+    load_state,
 )
 from fednsl.federation.records import Message  # noqa: E402
 from fednsl.federation.roles import Client  # noqa: E402
 
-__all__ = ["HELLO", "NODE_RECORD", "ClientSource", "ConfigSource", "FednslClientApp", "ShippedSource", "build_method",
-           "client_app", "config_from_text", "config_text"]
+__all__ = [
+    "HELLO",
+    "NODE_RECORD",
+    "ClientSource",
+    "ConfigSource",
+    "FednslClientApp",
+    "ShippedSource",
+    "build_method",
+    "client_app",
+    "config_from_text",
+    "config_text",
+]
 
-HELLO = "query.fednsl_hello"       # engine handshake: which partition does a SuperNode hold?
-NODE_RECORD = "fednsl.node"        # Context.state record holding the node's client between messages
+HELLO = "query.fednsl_hello"  # engine handshake: which partition does a SuperNode hold?
+NODE_RECORD = "fednsl.node"  # Context.state record holding the node's client between messages
 
 
-_SOURCES: dict[str, ClientSource] = {}                      # per process: source key -> source (with its cache)
-_LIVE: dict[tuple[int, int], tuple[int, Client]] = {}       # per process: (run, node) -> (version, client)
+_SOURCES: dict[str, ClientSource] = {}  # per process: source key -> source (with its cache)
+_LIVE: dict[tuple[int, int], tuple[int, Client]] = {}  # per process: (run, node) -> (version, client)
 
 
 def _partition(context: Context) -> tuple[int, int]:
@@ -60,8 +77,10 @@ def _partition(context: Context) -> tuple[int, int]:
     try:
         return int(nc["partition-id"]), int(nc["num-partitions"])
     except KeyError as exc:
-        raise ValueError(f"SuperNode {context.node_id}: node config {dict(nc)} lacks {exc.args[0]!r}; start it "
-                         "with --node-config 'partition-id=I num-partitions=N' (N = the method's clients)") from exc
+        raise ValueError(
+            f"SuperNode {context.node_id}: node config {dict(nc)} lacks {exc.args[0]!r}; start it "
+            "with --node-config 'partition-id=I num-partitions=N' (N = the method's clients)"
+        ) from exc
 
 
 class FednslClientApp(ClientApp):
@@ -82,8 +101,9 @@ class FednslClientApp(ClientApp):
                 raise ValueError(f"invalid Flower message type {mtype!r}")
             if mtype == HELLO:
                 pid, num = _partition(context)
-                return FlowerMessage(RecordDict({"node": ConfigRecord({"partition-id": pid, "num-partitions": num})}),
-                                     reply_to=message)
+                return FlowerMessage(
+                    RecordDict({"node": ConfigRecord({"partition-id": pid, "num-partitions": num})}), reply_to=message
+                )
             return self._serve(message, context)
 
     def _source(self, context: Context) -> ClientSource:
@@ -91,8 +111,10 @@ class FednslClientApp(ClientApp):
         if src is None:
             text = context.run_config.get("fednsl-config")
             if not text:
-                raise ValueError("the Flower run config has no 'fednsl-config' (run the app written by "
-                                 "`fednsl flower app` or use `fednsl train --engine flower`)")
+                raise ValueError(
+                    "the Flower run config has no 'fednsl-config' (run the app written by "
+                    "`fednsl flower app` or use `fednsl train --engine flower`)"
+                )
             src = ConfigSource(str(text))
         return _SOURCES.setdefault(src.key, src)
 
@@ -120,11 +142,20 @@ class FednslClientApp(ClientApp):
         rec = context.state.config_records.get(NODE_RECORD)
         version, state = 0, None
         if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
-                str(context.run_id), pid, num):
+            str(context.run_id),
+            pid,
+            num,
+        ):
             version = int(rec["version"])
             state = ("client", bytes(rec["client"])) if "client" in rec else ("state", bytes(rec["state"]))
-        header = {"run": str(context.run_id), "pid": pid, "num": num, "version": version, "config": str(text),
-                  "config_key": hashlib.sha256(str(text).encode()).hexdigest()}
+        header = {
+            "run": str(context.run_id),
+            "pid": pid,
+            "num": num,
+            "version": version,
+            "config": str(text),
+            "config_key": hashlib.sha256(str(text).encode()).hexdigest(),
+        }
         try:
             sock = fw.connect(fw.socket_path(context.run_id, context.node_id), launcher_pid=os.getppid())
             reply, answer, blob = fw.serve_via_worker(sock, header, request, state)
@@ -132,8 +163,15 @@ class FednslClientApp(ClientApp):
             print(f"fednsl worker unavailable ({exc}); serving in the ClientApp process", file=sys.stderr)
             return None
         context.state.config_records[NODE_RECORD] = ConfigRecord(
-            {"version": int(answer["version"]), "cid": str(answer["cid"]), "run-id": str(context.run_id),
-             "partition-id": pid, "num-partitions": num, str(answer["kind"]): blob})
+            {
+                "version": int(answer["version"]),
+                "cid": str(answer["cid"]),
+                "run-id": str(context.run_id),
+                "partition-id": pid,
+                "num-partitions": num,
+                str(answer["kind"]): blob,
+            }
+        )
         return reply
 
     @staticmethod
@@ -145,7 +183,10 @@ class FednslClientApp(ClientApp):
         pid, num = _partition(context)
         rec = context.state.config_records.get(NODE_RECORD)
         if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
-                str(context.run_id), pid, num):  # (Flower may carry Context.state over to a later run of a series)
+            str(context.run_id),
+            pid,
+            num,
+        ):  # (Flower may carry Context.state over to a later run of a series)
             cid, version = str(rec["cid"]), int(rec["version"])
             cached = _LIVE.get((context.run_id, context.node_id))
             if cached is not None and cached[0] == version:
@@ -157,8 +198,10 @@ class FednslClientApp(ClientApp):
             return client, version, cid
         ids = source.client_ids()
         if num != len(ids) or not 0 <= pid < num:
-            raise ValueError(f"SuperNode {context.node_id}: partition-id={pid} num-partitions={num}, but the method "
-                             f"has {len(ids)} clients {ids}")
+            raise ValueError(
+                f"SuperNode {context.node_id}: partition-id={pid} num-partitions={num}, but the method "
+                f"has {len(ids)} clients {ids}"
+            )
         return source.fresh_client(ids[pid]), 0, ids[pid]
 
     @staticmethod
@@ -169,8 +212,15 @@ class FednslClientApp(ClientApp):
             payload = {"state": dump_state(client)}
         pid, num = _partition(context)
         context.state.config_records[NODE_RECORD] = ConfigRecord(
-            {"version": version, "cid": cid, "run-id": str(context.run_id),  # a uint64: too big for a config int
-             "partition-id": pid, "num-partitions": num, **payload})
+            {
+                "version": version,
+                "cid": cid,
+                "run-id": str(context.run_id),  # a uint64: too big for a config int
+                "partition-id": pid,
+                "num-partitions": num,
+                **payload,
+            }
+        )
         _LIVE[(context.run_id, context.node_id)] = (version, client)
 
 

@@ -45,9 +45,9 @@ log = logging.getLogger("fednsl.flower")
 class GridOptions:
     """How the server talks to the Grid."""
 
-    node_wait_s: float = 120.0   # wait this long at start for every partition's SuperNode to announce itself
-    poll_s: float = 0.1          # interval between pulls of replies
-    liveness_s: float = 2.0      # how often pending SuperNodes are checked against grid.get_node_ids()
+    node_wait_s: float = 120.0  # wait this long at start for every partition's SuperNode to announce itself
+    poll_s: float = 0.1  # interval between pulls of replies
+    liveness_s: float = 2.0  # how often pending SuperNodes are checked against grid.get_node_ids()
 
 
 class GridTransport(Transport):
@@ -59,11 +59,11 @@ class GridTransport(Transport):
         self.grid = grid
         self.opts = options or GridOptions()
         self.ids: list[str] = []
-        self.node_of: dict[str, int] = {}          # client id -> node id
-        self._cid_of: dict[int, str] = {}          # node id -> client id
-        self._hello: dict[str, int] = {}           # hello message id -> node id
-        self._asked: set[int] = set()              # nodes a hello went to
-        self.rejected: dict[int, str] = {}         # node id -> why it serves no client
+        self.node_of: dict[str, int] = {}  # client id -> node id
+        self._cid_of: dict[int, str] = {}  # node id -> client id
+        self._hello: dict[str, int] = {}  # hello message id -> node id
+        self._asked: set[int] = set()  # nodes a hello went to
+        self.rejected: dict[int, str] = {}  # node id -> why it serves no client
 
     # -- discovery -------------------------------------------------------------------------------------------
     def start(self, ids: Sequence[str], min_clients: int) -> None:
@@ -71,12 +71,15 @@ class GridTransport(Transport):
         self.discover(self.opts.node_wait_s)
         missing = [c for c in self.ids if c not in self.node_of]
         if missing:
-            log.warning("no SuperNode for clients %s after %.0fs; they count as unavailable", missing,
-                        self.opts.node_wait_s)
+            log.warning(
+                "no SuperNode for clients %s after %.0fs; they count as unavailable", missing, self.opts.node_wait_s
+            )
         if len(self.node_of) < min_clients:
-            raise RuntimeError(f"only {len(self.node_of)} of {len(self.ids)} clients have a SuperNode after "
-                               f"{self.opts.node_wait_s:.0f}s, quorum is {min_clients}; "
-                               f"rejected nodes: {self.rejected or 'none'}")
+            raise RuntimeError(
+                f"only {len(self.node_of)} of {len(self.ids)} clients have a SuperNode after "
+                f"{self.opts.node_wait_s:.0f}s, quorum is {min_clients}; "
+                f"rejected nodes: {self.rejected or 'none'}"
+            )
 
     def discover(self, wait_s: float) -> None:
         """Map connected SuperNodes to client ids; wait up to ``wait_s`` for all partitions."""
@@ -111,8 +114,9 @@ class GridTransport(Transport):
             rec = reply.content.config_records["node"]
             pid, num = int(rec["partition-id"]), int(rec["num-partitions"])
             if num != len(self.ids) or not 0 <= pid < num:
-                self.rejected[node] = (f"partition-id={pid} num-partitions={num}, but the method has "
-                                       f"{len(self.ids)} clients")
+                self.rejected[node] = (
+                    f"partition-id={pid} num-partitions={num}, but the method has {len(self.ids)} clients"
+                )
             else:
                 cid = self.ids[pid]
                 holder = self.node_of.get(cid)
@@ -130,8 +134,9 @@ class GridTransport(Transport):
         return [c for c in ids if c in self.node_of]
 
     # -- one exchange ----------------------------------------------------------------------------------------
-    def dispatch(self, rnd: int, stage: str, outgoing: Mapping[str, Message],
-                 timeout_s: float | None) -> Iterator[Delivery]:
+    def dispatch(
+        self, rnd: int, stage: str, outgoing: Mapping[str, Message], timeout_s: float | None
+    ) -> Iterator[Delivery]:
         """Push one Flower message per client; yield deliveries as replies arrive, fail or time out."""
         ttl = None if timeout_s is None else min(float(DEFAULT_TTL), float(timeout_s) + 60.0)  # the link expires it
         mtype = message_type(stage)
@@ -142,8 +147,14 @@ class GridTransport(Transport):
             if node is None:
                 yield Delivery(cid, error="no SuperNode serves this client")
                 continue
-            batch.append((cid, FlowerMessage(to_recorddict(msg), dst_node_id=node, message_type=mtype, ttl=ttl,
-                                             group_id=f"{rnd}/{stage}")))
+            batch.append(
+                (
+                    cid,
+                    FlowerMessage(
+                        to_recorddict(msg), dst_node_id=node, message_type=mtype, ttl=ttl, group_id=f"{rnd}/{stage}"
+                    ),
+                )
+            )
         mids = list(self.grid.push_messages([m for _, m in batch])) if batch else []
         for i, (cid, _) in enumerate(batch):
             mid = mids[i] if i < len(mids) else None
@@ -184,19 +195,37 @@ class GridTransport(Transport):
 
     def load_client_states(self, states: Mapping[str, Any]) -> None:
         if states:
-            log.warning("checkpoint holds client states %s; on Flower they live on the nodes and are not restored",
-                        sorted(states))
+            log.warning(
+                "checkpoint holds client states %s; on Flower they live on the nodes and are not restored",
+                sorted(states),
+            )
 
 
 class GridRunner(RoundLoop):
     """The round loop over a Flower ``Grid`` (the ServerApp side of the ``flower`` and ``flower-sim`` engines)."""
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, grid: Grid,
-                 resume: bool = False, progress: bool = True, message_hook: MessageHook | None = None,
-                 options: GridOptions | None = None):
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        grid: Grid,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+        options: GridOptions | None = None,
+    ):
         self.grid_transport = GridTransport(grid, options)
-        super().__init__(federation, config, run_dir, self.grid_transport, resume=resume, progress=progress,
-                         message_hook=message_hook)
+        super().__init__(
+            federation,
+            config,
+            run_dir,
+            self.grid_transport,
+            resume=resume,
+            progress=progress,
+            message_hook=message_hook,
+        )
 
     @property
     def node_of(self) -> dict[str, int]:

@@ -57,8 +57,9 @@ class LocalFederation:
         return self.workdir / "cli-home"
 
     def _env(self, who: str) -> dict[str, str]:
-        return flower_env(self.workdir / f"{who}-home", {**LOCAL_ENV, **{k: v for k, v in os.environ.items()
-                                                                        if k in LOCAL_ENV}})
+        return flower_env(
+            self.workdir / f"{who}-home", {**LOCAL_ENV, **{k: v for k, v in os.environ.items() if k in LOCAL_ENV}}
+        )
 
     def start(self) -> LocalFederation:
         try:
@@ -71,21 +72,35 @@ class LocalFederation:
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port(self.host)
-        argv = [flower_bin("flower-superlink"), "--host", self.host, "--port", str(self.port),
-                "--disable-runtime-dependency-installation"]
+        argv = [
+            flower_bin("flower-superlink"),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--disable-runtime-dependency-installation",
+        ]
         if self.tls:
             self.tls_files = make_tls(self.workdir / "certs", hosts=(self.host, "localhost"))
-            argv += ["--ssl-ca-certfile", str(self.tls_files.ca_cert), "--ssl-certfile",
-                     str(self.tls_files.server_cert), "--ssl-keyfile", str(self.tls_files.server_key)]
+            argv += [
+                "--ssl-ca-certfile",
+                str(self.tls_files.ca_cert),
+                "--ssl-certfile",
+                str(self.tls_files.server_cert),
+                "--ssl-keyfile",
+                str(self.tls_files.server_key),
+            ]
         else:
             argv.append("--insecure")
         if self.node_auth:
             argv.append("--enable-supernode-auth")
-        self.superlink = ManagedProcess("flower-superlink", argv, self.workdir / "logs" / "superlink.log",
-                                        self._env("superlink"))
+        self.superlink = ManagedProcess(
+            "flower-superlink", argv, self.workdir / "logs" / "superlink.log", self._env("superlink")
+        )
         wait_for_port(self.host, self.port, self.start_timeout_s, self.superlink)
-        write_connection(self.flwr_home, self.address,
-                         root_certificates=self.tls_files.ca_cert if self.tls_files else None)
+        write_connection(
+            self.flwr_home, self.address, root_certificates=self.tls_files.ca_cert if self.tls_files else None
+        )
         if self.node_auth:
             self.node_keys = make_node_keys(self.workdir / "node-keys", self.num_supernodes)
             for _, pub in self.node_keys:
@@ -95,17 +110,26 @@ class LocalFederation:
 
     def start_supernode(self, i: int) -> ManagedProcess:
         """Start SuperNode ``i`` (partition ``i``); also used to restart one."""
-        argv = [flower_bin("flower-supernode"), "--superlink", self.address, "--host", self.host,
-                "--port", str(free_port(self.host)),
-                "--node-config", f"partition-id={i} num-partitions={self.num_supernodes}"]
+        argv = [
+            flower_bin("flower-supernode"),
+            "--superlink",
+            self.address,
+            "--host",
+            self.host,
+            "--port",
+            str(free_port(self.host)),
+            "--node-config",
+            f"partition-id={i} num-partitions={self.num_supernodes}",
+        ]
         if self.tls_files is not None:
             argv += ["--root-certificates", str(self.tls_files.ca_cert)]
         else:
             argv.append("--insecure")
         if self.node_auth:
             argv += ["--auth-supernode-private-key", str(self.node_keys[i][0])]
-        proc = ManagedProcess(f"flower-supernode-{i}", argv, self.workdir / "logs" / f"supernode-{i}.log",
-                              self._env(f"supernode-{i}"))
+        proc = ManagedProcess(
+            f"flower-supernode-{i}", argv, self.workdir / "logs" / f"supernode-{i}.log", self._env(f"supernode-{i}")
+        )
         if i < len(self.supernodes):
             self.supernodes[i] = proc
         else:
@@ -134,5 +158,3 @@ class LocalFederation:
     def logs(self, chars: int = 2000) -> str:
         procs = ([self.superlink] if self.superlink else []) + self.supernodes
         return "\n".join(f"--- {p.name} ({p.log_path}) ---\n{p.log_tail(chars)}" for p in procs)
-
-

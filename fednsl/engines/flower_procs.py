@@ -57,8 +57,14 @@ class ManagedProcess:
         self.name, self.argv, self.log_path = name, list(argv), Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=dict(env), start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
 
     def alive(self) -> bool:
@@ -137,8 +143,6 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: ManagedProcess |
         time.sleep(0.2)
     tail = proc.log_tail() if proc is not None else ""
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s\n{tail}")
-
-
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -34,7 +34,7 @@ from fednsl.federation.records import Message
 
 CATEGORIES = ("train", "evaluate", "query")
 ARRAYS, CONFIG, METRICS, META = "arrays", "config", "metrics", "fednsl"
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 class RecordTranslationError(ValueError):
@@ -66,8 +66,7 @@ def _plain(value: Any) -> Any:
 def _fits_config_record(value: Any) -> bool:
     scalar = (bool, int, float, str, bytes)
     if isinstance(value, scalar):
-        return not (isinstance(value, int) and not isinstance(value, bool)
-                    and not _INT64[0] <= value <= _INT64[1])
+        return not (isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1])
     if isinstance(value, list) and value:
         kind = type(value[0])
         return kind in scalar and all(type(v) is kind for v in value) and all(_fits_config_record(v) for v in value)
@@ -80,8 +79,10 @@ def to_recorddict(msg: Message) -> RecordDict:
     for name, value in msg.arrays.items():
         arr = np.asarray(value)
         if arr.dtype == object:
-            raise RecordTranslationError(f"{msg.kind} message from {msg.sender}: array {name!r} has dtype object; "
-                                         "only numeric and bool arrays can travel")
+            raise RecordTranslationError(
+                f"{msg.kind} message from {msg.sender}: array {name!r} has dtype object; "
+                "only numeric and bool arrays can travel"
+            )
         arrays[name] = Array(arr)  # np.save bytes: dtype, shape (0-d included) and values exact
     config, as_json = ConfigRecord(), []
     for key, value in msg.config.items():
@@ -92,13 +93,14 @@ def to_recorddict(msg: Message) -> RecordDict:
         try:
             config[key] = json.dumps(value, allow_nan=True)
         except TypeError as exc:
-            raise RecordTranslationError(f"{msg.kind} message from {msg.sender}: config entry {key!r} "
-                                         f"({type(value).__name__}) is neither a Flower config value nor JSON") from exc
+            raise RecordTranslationError(
+                f"{msg.kind} message from {msg.sender}: config entry {key!r} "
+                f"({type(value).__name__}) is neither a Flower config value nor JSON"
+            ) from exc
         as_json.append(key)
     metrics = MetricRecord({k: _plain(v) for k, v in msg.metrics.items()})
     layout = {"arrays": list(msg.arrays), "config": list(msg.config), "metrics": list(msg.metrics), "json": as_json}
-    meta = ConfigRecord({"kind": msg.kind, "round": int(msg.round), "sender": msg.sender,
-                         "layout": json.dumps(layout)})
+    meta = ConfigRecord({"kind": msg.kind, "round": int(msg.round), "sender": msg.sender, "layout": json.dumps(layout)})
     return RecordDict({ARRAYS: arrays, CONFIG: config, METRICS: metrics, META: meta})
 
 
@@ -110,8 +112,9 @@ def is_fednsl(content: RecordDict) -> bool:
 def from_recorddict(content: RecordDict) -> Message:
     """Decode :func:`to_recorddict`'s output back into the identical fednsl message."""
     if not is_fednsl(content):
-        raise RecordTranslationError(f"not a fednsl message: no {META!r} config record with a 'kind' "
-                                     f"(records: {sorted(content.keys())})")
+        raise RecordTranslationError(
+            f"not a fednsl message: no {META!r} config record with a 'kind' (records: {sorted(content.keys())})"
+        )
     meta = content.config_records[META]
     try:
         layout = json.loads(str(meta["layout"]))
@@ -129,19 +132,27 @@ def from_recorddict(content: RecordDict) -> Message:
     arr_rec = record(content.array_records, ARRAYS)
     cfg_rec = record(content.config_records, CONFIG)
     met_rec = record(content.metric_records, METRICS)
-    for label, names, rec in (("array", layout["arrays"], arr_rec), ("config entry", layout["config"], cfg_rec),
-                              ("metric", layout["metrics"], met_rec)):
+    for label, names, rec in (
+        ("array", layout["arrays"], arr_rec),
+        ("config entry", layout["config"], cfg_rec),
+        ("metric", layout["metrics"], met_rec),
+    ):
         extra = sorted(set(rec) - set(names))
         missing = [n for n in names if n not in rec]
         if extra or missing:
-            raise RecordTranslationError(f"{where}: {label}s do not match the layout (missing {missing}, "
-                                         f"undeclared {extra})")
+            raise RecordTranslationError(
+                f"{where}: {label}s do not match the layout (missing {missing}, undeclared {extra})"
+            )
     as_json = set(layout["json"])
     config = {}
     for key in layout["config"]:
         value = cfg_rec[key]
         config[key] = json.loads(value) if key in as_json else (list(value) if isinstance(value, list) else value)
-    return Message(kind=kind, round=rnd, sender=sender,
-                   arrays={k: arr_rec[k].numpy() for k in layout["arrays"]},
-                   config=config,
-                   metrics={k: met_rec[k] for k in layout["metrics"]})
+    return Message(
+        kind=kind,
+        round=rnd,
+        sender=sender,
+        arrays={k: arr_rec[k].numpy() for k in layout["arrays"]},
+        config=config,
+        metrics={k: met_rec[k] for k in layout["metrics"]},
+    )

@@ -136,5 +136,13 @@ def load_state(client: Client, blob: bytes) -> None:
     client.load_state_dict(torch.load(io.BytesIO(blob), weights_only=False))
 
 
-__all__ = ["ClientSource", "ConfigSource", "ShippedSource", "build_method", "config_from_text", "config_text",
-           "dump_state", "load_state"]
+__all__ = [
+    "ClientSource",
+    "ConfigSource",
+    "ShippedSource",
+    "build_method",
+    "config_from_text",
+    "config_text",
+    "dump_state",
+    "load_state",
+]

@@ -18,8 +18,9 @@ from fednsl.engines.flower_procs import flower_bin, flower_env
 CONNECTION = "fednsl"
 
 
-def write_connection(flwr_home: Path, address: str, *, root_certificates: Path | None = None,
-                     name: str = CONNECTION) -> Path:
+def write_connection(
+    flwr_home: Path, address: str, *, root_certificates: Path | None = None, name: str = CONNECTION
+) -> Path:
     """``FLWR_HOME/config.toml`` with one SuperLink connection (TLS when ``root_certificates`` is given)."""
     conn: dict[str, object] = {"address": address}
     if root_certificates is not None:
@@ -36,13 +37,15 @@ def flwr_cli(args: Sequence[str], flwr_home: Path, *, timeout_s: float = 120.0) 
     """Run ``flwr ARGS`` with the private FLWR_HOME; return stdout, raise with its output on failure."""
     argv = [flower_bin("flwr"), *args]
     try:
-        res = subprocess.run(argv, env=flower_env(flwr_home), capture_output=True, text=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            argv, env=flower_env(flwr_home), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"`flwr {' '.join(args)}` did not finish in {timeout_s:.0f}s") from exc
     if res.returncode != 0:
-        raise RuntimeError(f"`flwr {' '.join(args)}` failed ({res.returncode}):\n{res.stdout[-2000:]}\n"
-                           f"{res.stderr[-2000:]}")
+        raise RuntimeError(
+            f"`flwr {' '.join(args)}` failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        )
     return res.stdout
 
 
@@ -59,14 +62,26 @@ class FlowerRun:
         return self.status == "finished:completed"
 
 
-def submit_and_wait(app_dir: Path, flwr_home: Path, *, timeout_s: float = 86400.0,
-                    connection: str = CONNECTION, log_path: Path | None = None) -> FlowerRun:
+def submit_and_wait(
+    app_dir: Path,
+    flwr_home: Path,
+    *,
+    timeout_s: float = 86400.0,
+    connection: str = CONNECTION,
+    log_path: Path | None = None,
+) -> FlowerRun:
     """``flwr run APP CONNECTION --stream`` (returns when the run ends), then its status from ``flwr ls``."""
     argv = [flower_bin("flwr"), "run", str(Path(app_dir).resolve()), connection, "--stream"]
     log_path = Path(log_path or Path(app_dir) / "flwr-run.log")
     with log_path.open("w") as out:
-        proc = subprocess.Popen(argv, env=flower_env(flwr_home), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=flower_env(flwr_home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=timeout_s)
             timed_out = False
@@ -119,7 +134,5 @@ def _stop_run(log_path: Path, flwr_home: Path, connection: str) -> None:
 def run_status(run_id: int, flwr_home: Path, *, connection: str = CONNECTION) -> str:
     """The run's status as ``flwr ls`` reports it (e.g. ``finished:completed``, ``finished:failed``)."""
     out = flwr_cli(["ls", connection, "--run-id", str(run_id), "--format", "json"], flwr_home, timeout_s=60)
-    runs = json.loads(out[out.index("{"):]).get("runs", [])
+    runs = json.loads(out[out.index("{") :]).get("runs", [])
     return str(runs[0]["status"]) if runs else "unknown"
-
-

@@ -77,20 +77,22 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 def message_to_bytes(msg: Message) -> bytes:
     """A fednsl message as a JSON header and an ``.npz`` of its arrays (no pickle)."""
-    head = json.dumps({"kind": msg.kind, "round": msg.round, "sender": msg.sender, "config": msg.config,
-                       "metrics": msg.metrics}).encode()
+    head = json.dumps(
+        {"kind": msg.kind, "round": msg.round, "sender": msg.sender, "config": msg.config, "metrics": msg.metrics}
+    ).encode()
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in msg.arrays.items()})
     return _LEN.pack(len(head)) + head + buf.getvalue()
 
 
 def message_from_bytes(data: bytes) -> Message:
-    n = _LEN.unpack(data[:_LEN.size])[0]
-    head = json.loads(data[_LEN.size:_LEN.size + n])
-    with np.load(io.BytesIO(data[_LEN.size + n:]), allow_pickle=False) as npz:
+    n = _LEN.unpack(data[: _LEN.size])[0]
+    head = json.loads(data[_LEN.size : _LEN.size + n])
+    with np.load(io.BytesIO(data[_LEN.size + n :]), allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    return Message(head["kind"], int(head["round"]), head["sender"], arrays, dict(head["config"]),
-                   dict(head["metrics"]))
+    return Message(
+        head["kind"], int(head["round"]), head["sender"], arrays, dict(head["config"]), dict(head["metrics"])
+    )
 
 
 # -- where a node's worker listens --------------------------------------------------------------------------
@@ -117,9 +119,13 @@ def connect(path: Path, *, launcher_pid: int, start_timeout_s: float = 60.0) -> 
             return sock
         path.unlink(missing_ok=True)
         log = open(str(path) + ".log", "ab")
-        subprocess.Popen([sys.executable, "-m", "fednsl.engines.flower_worker", str(path), str(launcher_pid),
-                          str(IDLE_S)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                         close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "fednsl.engines.flower_worker", str(path), str(launcher_pid), str(IDLE_S)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+        )
         log.close()
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
@@ -142,8 +148,9 @@ def _try_connect(path: Path) -> socket.socket | None:
     return sock
 
 
-def serve_via_worker(sock: socket.socket, header: dict[str, Any], request: Message,
-                     state: tuple[str, bytes] | None) -> tuple[Message, dict[str, Any], bytes]:
+def serve_via_worker(
+    sock: socket.socket, header: dict[str, Any], request: Message, state: tuple[str, bytes] | None
+) -> tuple[Message, dict[str, Any], bytes]:
     """One message through the worker: (reply, reply header with ``version``/``cid``/``kind``, client blob).
 
     ``state`` is the node's stored client (``("client", pickle)`` or ``("state", torch state_dict)``), sent only
@@ -185,8 +192,9 @@ class Worker:
             ids = source.client_ids()
             pid, num = key[1], key[2]
             if num != len(ids) or not 0 <= pid < num:
-                raise ValueError(f"partition-id={pid} num-partitions={num}, but the method has {len(ids)} clients "
-                                 f"{ids}")
+                raise ValueError(
+                    f"partition-id={pid} num-partitions={num}, but the method has {len(ids)} clients {ids}"
+                )
             cid = ids[pid]
             if version == 0:
                 client = source.fresh_client(cid)

@@ -22,5 +22,7 @@ def weighted_average(arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequen
     for i, a in enumerate(arrays):
         if list(a) != names:
             raise ValueError(f"array set {i} has fields {list(a)}, expected {names}")
-    return {n: sum(wi * np.asarray(a[n], dtype=np.float64) for wi, a in zip(w, arrays)).astype(arrays[0][n].dtype)
-            for n in names}
+    return {
+        n: sum(wi * np.asarray(a[n], dtype=np.float64) for wi, a in zip(w, arrays)).astype(arrays[0][n].dtype)
+        for n in names
+    }

@@ -23,14 +23,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 from fednsl.config import RunConfig
-from kg.seeding import derive_rng
 from fednsl.federation import peer as PP
 from fednsl.federation.loop import Federation, MessageHook, RoundLoop, Topology
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Strategy
 from fednsl.federation.transport import ThreadTransport
+from kg.seeding import derive_rng
 
 log = logging.getLogger("fednsl.decentralised")
 
@@ -58,7 +57,7 @@ class Peer(Topology):
         rng = derive_rng(self.loop.cfg.seed, rnd, 0x9E37)
         states: dict[str, PP.PeerState] = {}
         bag: list[tuple[str, PP.PeerMsg]] = []
-        payload: dict[tuple[int, str, str], Message] = {}        # (step, requester, dst) -> request
+        payload: dict[tuple[int, str, str], Message] = {}  # (step, requester, dst) -> request
         replies: dict[tuple[str, int], dict[str, Message]] = {}  # (node, step) -> {client: reply}
         failures: dict[tuple[str, int], dict[str, str]] = {}
 
@@ -73,8 +72,13 @@ class Peer(Topology):
                         replies.setdefault((act.requester, act.step), {})[node] = reply
                     bag.append((act.requester, PP.Rep(act.step, node)))
                 elif isinstance(act, PP.PeerAggregate):
-                    self._aggregate(node, rnd, stages[act.step - 1], replies.pop((node, act.step), {}),
-                                    failures.pop((node, act.step), {}))
+                    self._aggregate(
+                        node,
+                        rnd,
+                        stages[act.step - 1],
+                        replies.pop((node, act.step), {}),
+                        failures.pop((node, act.step), {}),
+                    )
                     if act.step < len(stages):
                         self._configure(node, rnd, act.step + 1, stages, payload, replies, failures)
                 elif isinstance(act, PP.PeerDiscard):
@@ -103,8 +107,9 @@ class Peer(Topology):
         if own is not None:
             replies.setdefault((node, step), {})[node] = own
 
-    def _serve(self, request: Message, client: str, requester: str, step: int, stages: list[str],
-               failures) -> Message | None:
+    def _serve(
+        self, request: Message, client: str, requester: str, step: int, stages: list[str], failures
+    ) -> Message | None:
         """``client`` answers ``requester``'s request through the transport; None (recorded) if it failed."""
         stage, rnd = stages[step - 1], request.round
         sent = self.loop.seeded(client, request, rnd, stage, sender=requester)
@@ -116,8 +121,9 @@ class Peer(Topology):
             log.warning("round %d %s: %s's reply to %s failed: %s", rnd, stage, client, requester, why)
         return None
 
-    def _aggregate(self, node: str, rnd: int, stage: str, got: Mapping[str, Message],
-                   failed: Mapping[str, str]) -> None:
+    def _aggregate(
+        self, node: str, rnd: int, stage: str, got: Mapping[str, Message], failed: Mapping[str, str]
+    ) -> None:
         ordered = {c: got[c] for c in sorted(got)}
         if len(ordered) < self.loop.cfg.federation.min_clients:
             self.nodes[node].on_abort(stage, rnd, f"{len(ordered)} replies < quorum")
@@ -134,8 +140,24 @@ class Peer(Topology):
 class DecentralisedRunner(RoundLoop):
     """``--engine decentralised``: :class:`RoundLoop` with the :class:`Peer` topology and a thread transport."""
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *, resume: bool = False,
-                 progress: bool = True, message_hook: MessageHook | None = None):
-        super().__init__(federation, config, run_dir, ThreadTransport(federation.clients),
-                         topology=Peer(federation.strategy, federation.clients), resume=resume,
-                         progress=progress, message_hook=message_hook, label=" (p2p)")
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+    ):
+        super().__init__(
+            federation,
+            config,
+            run_dir,
+            ThreadTransport(federation.clients),
+            topology=Peer(federation.strategy, sorted(federation.clients)),
+            resume=resume,
+            progress=progress,
+            message_hook=message_hook,
+            label=" (p2p)",
+        )

@@ -70,16 +70,22 @@ class FaultSpec:
     seconds: float = 3600.0
 
     def applies(self, cid: str, rnd: int, stage: str) -> bool:
-        return ((self.clients is None or cid in self.clients) and (self.rounds is None or rnd in self.rounds)
-                and (self.stages is None or stage in self.stages))
+        return (
+            (self.clients is None or cid in self.clients)
+            and (self.rounds is None or rnd in self.rounds)
+            and (self.stages is None or stage in self.stages)
+        )
 
 
 def _ints(value: Any, where: str) -> tuple[int, ...] | None:
     if value is None or value == "all":
         return None
     vals = [value] if isinstance(value, int) else value
-    if not isinstance(vals, Sequence) or isinstance(vals, str) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals):
+    if (
+        not isinstance(vals, Sequence)
+        or isinstance(vals, str)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals)
+    ):
         raise ValueError(f"{where} must be a list of round numbers >= 1 or 'all', got {value!r}")
     return tuple(vals)
 
@@ -98,8 +104,9 @@ def _spec(raw: Any, where: str) -> FaultSpec:
         raise ValueError(f"{where} must be a mapping {{kind: ..., clients: [...]}}, got {raw!r}")  # noqa: TRY004
     unknown = sorted(set(raw) - {"kind", "clients", "rounds", "stages", "seconds"})
     if unknown:
-        raise ValueError(f"{where}: unknown option(s) {unknown}; valid: ['clients', 'kind', 'rounds', 'seconds', "
-                         "'stages']")
+        raise ValueError(
+            f"{where}: unknown option(s) {unknown}; valid: ['clients', 'kind', 'rounds', 'seconds', 'stages']"
+        )
     kind = raw.get("kind")
     if kind not in KINDS:
         raise ValueError(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}")
@@ -108,8 +115,13 @@ def _spec(raw: Any, where: str) -> FaultSpec:
     seconds = raw.get("seconds", 3600.0)
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
         raise ValueError(f"{where}.seconds must be a number >= 0, got {seconds!r}")
-    return FaultSpec(kind, _strs(raw["clients"], f"{where}.clients"), _ints(raw.get("rounds"), f"{where}.rounds"),
-                     _strs(raw.get("stages"), f"{where}.stages"), float(seconds))
+    return FaultSpec(
+        kind,
+        _strs(raw["clients"], f"{where}.clients"),
+        _ints(raw.get("rounds"), f"{where}.rounds"),
+        _strs(raw.get("stages"), f"{where}.stages"),
+        float(seconds),
+    )
 
 
 def parse_faults(raw: Mapping[str, Any] | None, where: str = "federation.faults") -> tuple[FaultSpec, ...]:
@@ -204,6 +216,8 @@ def inject_faults(federation: Any, faults: Mapping[str, Any] | None) -> Any:
         unknown = sorted(set(spec.clients or ()) - known)
         if unknown:
             raise ValueError(f"federation.faults: unknown client(s) {unknown}; clients: {sorted(known)}")
-    federation.clients = {cid: FaultyClient(c, specs) if any(s.clients is None or cid in s.clients for s in specs)
-                          else c for cid, c in federation.clients.items()}
+    federation.clients = {
+        cid: FaultyClient(c, specs) if any(s.clients is None or cid in s.clients for s in specs) else c
+        for cid, c in federation.clients.items()
+    }
     return federation

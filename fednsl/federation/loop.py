@@ -30,12 +30,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from fednsl.config import RunConfig
-from kg.seeding import derive_rng, derive_seed
 from fednsl.federation import protocol
 from fednsl.federation.records import InvalidMessageError, Message
 from fednsl.federation.roles import Client, Metrics, Strategy
 from fednsl.federation.tracking import Checkpoints, MetricsLog
 from fednsl.federation.transport import Delivery, Transport
+from kg.seeding import derive_rng, derive_seed
 
 log = logging.getLogger("fednsl.runner")
 
@@ -72,8 +72,9 @@ def client_seed(seed: int, rnd: int, stage: str, index: int) -> int:
     return derive_seed(seed, rnd, stage, index)
 
 
-def sample_clients(ids: Sequence[str], fraction: float, min_clients: int, seed: int, rnd: int,
-                   stage: str) -> tuple[str, ...]:
+def sample_clients(
+    ids: Sequence[str], fraction: float, min_clients: int, seed: int, rnd: int, stage: str
+) -> tuple[str, ...]:
     """Seeded partial participation: ``max(min_clients, ceil(fraction·K))`` clients, sorted."""
     k = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
     if k == len(ids):
@@ -111,9 +112,19 @@ class Topology(ABC):
 class RoundLoop:
     """Runs ``config.rounds`` rounds of a federation over ``transport`` (module docstring)."""
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, transport: Transport, *,
-                 topology: Topology | None = None, resume: bool = False, progress: bool = True,
-                 message_hook: MessageHook | None = None, label: str = ""):
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        transport: Transport,
+        *,
+        topology: Topology | None = None,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+        label: str = "",
+    ):
         self.fed = federation
         self.cfg = config
         self.run_dir = Path(run_dir)
@@ -131,15 +142,23 @@ class RoundLoop:
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
         if self.cfg.federation.min_clients > len(self.ids):
-            raise ValueError(f"federation.min_clients={self.cfg.federation.min_clients} is larger than the "
-                             f"{len(self.ids)} clients of this federation: no stage could ever aggregate")
+            raise ValueError(
+                f"federation.min_clients={self.cfg.federation.min_clients} is larger than the "
+                f"{len(self.ids)} clients of this federation: no stage could ever aggregate"
+            )
         self.fed.strategy.check_clients(self.fed.clients)  # every stage has a handler on every client
         self.transport.start(self.ids, self.cfg.federation.min_clients)
         try:
             start = self._resume() + 1
             rounds = self.cfg.rounds
-            bar = tqdm(range(start, rounds + 1), desc=f"{self.cfg.method} rounds{self.label}",
-                       disable=not self.progress, initial=start - 1, total=rounds, unit="round")
+            bar = tqdm(
+                range(start, rounds + 1),
+                desc=f"{self.cfg.method} rounds{self.label}",
+                disable=not self.progress,
+                initial=start - 1,
+                total=rounds,
+                unit="round",
+            )
             for rnd in bar:
                 t0 = time.perf_counter()
                 self.topology.run_round(rnd, self.stages(rnd))
@@ -156,8 +175,9 @@ class RoundLoop:
     def stages(self, rnd: int) -> list[str]:
         """The round's declared stages; ``evaluate`` only every ``evaluate_every`` rounds and at the last."""
         every, last = self.cfg.federation.evaluate_every, self.cfg.rounds
-        return [s for s in self.topology.server().round_stages(rnd)
-                if s != "evaluate" or rnd % every == 0 or rnd == last]
+        return [
+            s for s in self.topology.server().round_stages(rnd) if s != "evaluate" or rnd % every == 0 or rnd == last
+        ]
 
     # -- what every topology uses ----------------------------------------------------------------------------
     def seeded(self, cid: str, msg: Message, rnd: int, stage: str, sender: str | None = None) -> Message:
@@ -203,8 +223,12 @@ class RoundLoop:
         return rnd
 
     def _snapshot(self, rnd: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"round": rnd, **self.topology.state_dict(),
-                               "clients": self.transport.client_states(), "config": self.cfg.to_dict()}
+        out: dict[str, Any] = {
+            "round": rnd,
+            **self.topology.state_dict(),
+            "clients": self.transport.client_states(),
+            "config": self.cfg.to_dict(),
+        }
         if self.transport.checkpoint_tag:
             out["engine"] = self.transport.checkpoint_tag
         return out
@@ -227,7 +251,7 @@ class Central(Topology):
         for i, stage in enumerate(stages):
             xlog = self.exchange(rnd, stage)
             if xlog.aborted is not None and strat.stage(stage).essential and i + 1 < len(stages):
-                log.warning("round %d: %s lost its quorum; skipping %s this round", rnd, stage, list(stages[i + 1:]))
+                log.warning("round %d: %s lost its quorum; skipping %s this round", rnd, stage, list(stages[i + 1 :]))
                 return
 
     def exchange(self, rnd: int, stage: str) -> protocol.ExchangeLog:
@@ -235,8 +259,11 @@ class Central(Topology):
         fcfg, strat = loop.cfg.federation, loop.fed.strategy
         available = loop.transport.available(loop.ids)
         chosen = strat.sample_clients(stage, rnd, available)
-        sampled = tuple(sorted(chosen)) if chosen is not None else sample_clients(
-            available, fcfg.fraction, fcfg.min_clients, loop.cfg.seed, rnd, stage)
+        sampled = (
+            tuple(sorted(chosen))
+            if chosen is not None
+            else sample_clients(available, fcfg.fraction, fcfg.min_clients, loop.cfg.seed, rnd, stage)
+        )
         min_replies = min(fcfg.min_clients, max(1, len(sampled))) if chosen is not None else fcfg.min_clients
         state, actions = protocol.start(rnd, stage, sampled, min_replies)
         xlog = protocol.ExchangeLog(rnd, stage, sampled)
@@ -253,7 +280,7 @@ class Central(Topology):
                     bytes_up += delivery.reply.nbytes()
                 why = loop.check(strat, stage, rnd, outgoing[cid], delivery)
                 if why is None:
-                    replies[cid] = delivery.reply  # type: ignore[assignment]
+                    replies[cid] = delivery.reply
                     event: protocol.Event = protocol.Reply(cid, rnd, stage)
                 else:
                     event = protocol.Failure(cid, rnd, stage, why)
@@ -279,10 +306,15 @@ class Central(Topology):
             strat.on_abort(stage, rnd, xlog.aborted or "")
             if fcfg.on_quorum_loss == "abort":
                 raise QuorumLostError(f"round {rnd} {stage}: {xlog.aborted}")
-        metrics.update({
-            f"{stage}.replies": len(xlog.accepted), f"{stage}.dropped": len(xlog.dropped),
-            f"{stage}.aborted": int(xlog.aborted is not None), f"{stage}.time_s": time.perf_counter() - t0,
-            f"{stage}.bytes_down": bytes_down, f"{stage}.bytes_up": bytes_up,
-        })
+        metrics.update(
+            {
+                f"{stage}.replies": len(xlog.accepted),
+                f"{stage}.dropped": len(xlog.dropped),
+                f"{stage}.aborted": int(xlog.aborted is not None),
+                f"{stage}.time_s": time.perf_counter() - t0,
+                f"{stage}.bytes_down": bytes_down,
+                f"{stage}.bytes_up": bytes_up,
+            }
+        )
         loop.metrics.log(rnd, "server", stage, metrics)
         return xlog

@@ -61,12 +61,12 @@ PeerAction = Union[Send, Serve, PeerAggregate, PeerDiscard]
 @dataclass(frozen=True)
 class PeerState:
     node: str
-    peers: tuple[str, ...]            # every other node
-    steps: int                        # total steps of the run
-    step: int = 0                     # 0 = not started; steps + 1 = done
-    served: frozenset[str] = frozenset()    # peers whose request of `step` was served
-    replied: frozenset[str] = frozenset()   # peers whose reply of `step` arrived
-    deferred: tuple[Req, ...] = ()          # requests of later steps, buffered
+    peers: tuple[str, ...]  # every other node
+    steps: int  # total steps of the run
+    step: int = 0  # 0 = not started; steps + 1 = done
+    served: frozenset[str] = frozenset()  # peers whose request of `step` was served
+    replied: frozenset[str] = frozenset()  # peers whose reply of `step` arrived
+    deferred: tuple[Req, ...] = ()  # requests of later steps, buffered
 
     @property
     def done(self) -> bool:
@@ -83,8 +83,12 @@ def _enter(state: PeerState, actions: tuple[PeerAction, ...]) -> tuple[PeerState
         return state, actions
     out = actions + tuple(Send(p, Req(state.step, state.node)) for p in state.peers)
     now = tuple(r for r in state.deferred if r.step == state.step)
-    state = replace(state, served=frozenset(), replied=frozenset(),
-                    deferred=tuple(r for r in state.deferred if r.step != state.step))
+    state = replace(
+        state,
+        served=frozenset(),
+        replied=frozenset(),
+        deferred=tuple(r for r in state.deferred if r.step != state.step),
+    )
     for req in now:
         state = replace(state, served=state.served | {req.src})
         out += (Serve(req.step, req.src),)

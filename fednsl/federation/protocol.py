@@ -115,7 +115,8 @@ def start(rnd: int, stage: str, sampled: tuple[str, ...], min_replies: int) -> t
     state = Exchange(round=rnd, stage=stage, sampled=tuple(sampled), min_replies=min_replies)
     if len(sampled) < min_replies:
         return replace(state, status="aborted"), (
-            Abort(rnd, stage, f"only {len(sampled)} clients sampled, quorum is {min_replies}"),)
+            Abort(rnd, stage, f"only {len(sampled)} clients sampled, quorum is {min_replies}"),
+        )
     return state, (Broadcast(rnd, stage, tuple(sampled)),)
 
 
@@ -133,8 +134,9 @@ def step(state: Exchange, event: Event) -> tuple[Exchange, tuple[Action, ...]]:
         return _close(state, drops)
     tag_ok = (event.round, event.stage) == (state.round, state.stage)
     if not tag_ok:
-        return state, (Discard(event.client, f"tagged round {event.round}/{event.stage}, "
-                                             f"expected {state.round}/{state.stage}"),)
+        return state, (
+            Discard(event.client, f"tagged round {event.round}/{event.stage}, expected {state.round}/{state.stage}"),
+        )
     if event.client not in state.sampled:
         return state, (Discard(event.client, "not sampled in this round"),)
     if event.client not in state.pending:
@@ -154,10 +156,15 @@ def step(state: Exchange, event: Event) -> tuple[Exchange, tuple[Action, ...]]:
 def _close(state: Exchange, actions: tuple[Action, ...]) -> tuple[Exchange, tuple[Action, ...]]:
     if len(state.accepted) >= state.min_replies:
         return replace(state, status="complete"), actions + (
-            Aggregate(state.round, state.stage, tuple(sorted(state.accepted))),)
+            Aggregate(state.round, state.stage, tuple(sorted(state.accepted))),
+        )
     return replace(state, status="aborted"), actions + (
-        Abort(state.round, state.stage,
-              f"{len(state.accepted)} of {len(state.sampled)} clients replied, quorum is {state.min_replies}"),)
+        Abort(
+            state.round,
+            state.stage,
+            f"{len(state.accepted)} of {len(state.sampled)} clients replied, quorum is {state.min_replies}",
+        ),
+    )
 
 
 @dataclass

@@ -54,6 +54,13 @@ class Message:
             metrics={k: _as_metric(k, v) for k, v in (metrics or {}).items()},
         )
 
+    def config_int(self, key: str) -> int:
+        """``config[key]`` as an ``int``; anything else (a bool, a float, a string) is a ``TypeError`` naming it."""
+        value = self.config[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{self.kind} message config {key!r} must be an int, got {value!r}")
+        return int(value)
+
     def nbytes(self) -> int:
         """Payload size in bytes (arrays only), for communication accounting."""
         return int(sum(np.asarray(a).nbytes for a in self.arrays.values()))
@@ -101,8 +108,8 @@ class ArraySpec:
     mask: str | None = None
     required: bool = True
     atol: float = 1e-4
-    like: str | None = None          # must have exactly the shape of the request's array of this name
-    high: int | str | None = None    # ids: every value < high (an int, or a symbolic size bound by the request)
+    like: str | None = None  # must have exactly the shape of the request's array of this name
+    high: int | str | None = None  # ids: every value < high (an int, or a symbolic size bound by the request)
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ class Schema:
     metrics: tuple[str, ...] = ()
     config: tuple[str, ...] = ()
     any_metrics: bool = False  # accept any metric name (e.g. per-class evaluation metrics)
-    any_config: bool = False   # accept any config entry (server requests carrying a method's options)
+    any_config: bool = False  # accept any config entry (server requests carrying a method's options)
     required_metrics: tuple[str, ...] = ()  # metrics that must be present (the aggregation reads them)
     counts: tuple[str, ...] = COUNT_METRICS  # metrics that are counts: integers >= 0 (bounded by limits)
 
@@ -148,9 +155,16 @@ def bind_request(request: Message, schema: Schema) -> dict[str, int]:
     return sizes
 
 
-def validate(message: Message, schema: Schema, expected_kind: str | None = None,
-             expected_round: int | None = None, *, request: Message | None = None,
-             bound: Mapping[str, int] | None = None, limits: Mapping[str, float] | None = None) -> None:
+def validate(
+    message: Message,
+    schema: Schema,
+    expected_kind: str | None = None,
+    expected_round: int | None = None,
+    *,
+    request: Message | None = None,
+    bound: Mapping[str, int] | None = None,
+    limits: Mapping[str, float] | None = None,
+) -> None:
     """Check ``message`` against ``schema``; raise :class:`InvalidMessageError` on the first problem.
 
     For a reply: ``request`` is the message it answers (for ``ArraySpec.like``), ``bound`` the symbolic
@@ -222,8 +236,10 @@ def validate(message: Message, schema: Schema, expected_kind: str | None = None,
         if spec.like is not None:
             ref = None if request is None else request.arrays.get(spec.like)
             if ref is not None and tuple(arr.shape) != tuple(np.shape(ref)):
-                fail(spec.name, f"shape {tuple(arr.shape)} differs from the request's {spec.like!r} "
-                                f"{tuple(np.shape(ref))}")
+                fail(
+                    spec.name,
+                    f"shape {tuple(arr.shape)} differs from the request's {spec.like!r} {tuple(np.shape(ref))}",
+                )
         if spec.dtype == "float" and arr.size and not np.all(np.isfinite(arr)):
             fail(spec.name, f"{int((~np.isfinite(arr)).sum())} non-finite values (NaN/inf)")
         if spec.kind in ("distribution", "counts", "ids") and arr.size and np.any(arr < 0):
@@ -282,5 +298,7 @@ def weights_request_schema(weights: Mapping[str, np.ndarray]) -> Schema:
 
     Any config entry is allowed (a method's training options travel there).
     """
-    return Schema(arrays=tuple(ArraySpec(k, "weights", shape=tuple(np.shape(v)), required=False)
-                               for k, v in weights.items()), any_config=True)
+    return Schema(
+        arrays=tuple(ArraySpec(k, "weights", shape=tuple(np.shape(v)), required=False) for k, v in weights.items()),
+        any_config=True,
+    )

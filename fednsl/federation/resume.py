@@ -44,9 +44,13 @@ def set_aside(run_dir: Path, why: str) -> Path | None:
 
 def _config_diff(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """Top-level keys that differ, ignoring ``rounds`` and the injected ``federation.faults`` (a test harness)."""
+
     def plain(c: Mapping[str, Any]) -> dict[str, Any]:
         fed = c.get("federation")
-        return {**c, "federation": {k: v for k, v in fed.items() if k != "faults"}} if isinstance(fed, dict) else dict(c)
+        return (
+            {**c, "federation": {k: v for k, v in fed.items() if k != "faults"}} if isinstance(fed, dict) else dict(c)
+        )
+
     saved, now = plain(saved), plain(now)
     return sorted(k for k in set(saved) | set(now) if k != "rounds" and saved.get(k) != now.get(k))
 
@@ -58,8 +62,10 @@ def prepare_resume(run_dir: Path, config: RunConfig, *, start_over: bool = False
         found = ckpts.latest()
     except CheckpointError as exc:
         if not start_over:
-            raise ValueError(f"--resume: {exc}. Nothing was changed; pass --start-over to set the old "
-                             "metrics and checkpoints aside and train again from round 1") from exc
+            raise ValueError(
+                f"--resume: {exc}. Nothing was changed; pass --start-over to set the old "
+                "metrics and checkpoints aside and train again from round 1"
+            ) from exc
         set_aside(run_dir, "no checkpoint could be read; --start-over")
         return
     saved_path = run_dir / "config.yaml"
@@ -72,20 +78,26 @@ def prepare_resume(run_dir: Path, config: RunConfig, *, start_over: bool = False
     elif found is not None and isinstance(found[1].get("config"), dict):
         saved, where = found[1]["config"], f"{ckpts.list()[-1]} (config.yaml is missing)"
     elif found is not None:
-        raise ValueError(f"--resume: {run_dir} has checkpoints but neither config.yaml nor a config inside the "
-                         "checkpoint, so the config cannot be checked; restore config.yaml or choose another --out")
+        raise ValueError(
+            f"--resume: {run_dir} has checkpoints but neither config.yaml nor a config inside the "
+            "checkpoint, so the config cannot be checked; restore config.yaml or choose another --out"
+        )
     else:
         saved, where = None, ""
     if isinstance(saved, dict):
         diff = _config_diff(saved, config.to_dict())
         if diff:
-            raise ValueError(f"--resume: the config differs from the one saved in {where} in {diff} "
-                             "(only 'rounds' may change on resume)")
+            raise ValueError(
+                f"--resume: the config differs from the one saved in {where} in {diff} "
+                "(only 'rounds' may change on resume)"
+            )
     if found is None:
         if MetricsLog(run_dir).jsonl.exists():  # crashed before the first checkpoint: round 1 starts afresh
             set_aside(run_dir, "no checkpoint yet, so round 1 is run again")
         return
     rnd = found[0]
     if rnd > config.rounds:
-        raise ValueError(f"--resume: {run_dir} is already at round {rnd} (checkpoint), but rounds={config.rounds}; "
-                         f"set rounds >= {rnd}")
+        raise ValueError(
+            f"--resume: {run_dir} is already at round {rnd} (checkpoint), but rounds={config.rounds}; "
+            f"set rounds >= {rnd}"
+        )

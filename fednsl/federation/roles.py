@@ -131,8 +131,9 @@ class Strategy(ABC):
         names, table = list(self.stages(rnd)), self.stage_table()
         bad = [n for n in names if n not in table]
         if bad:
-            raise StageError(f"{type(self).__name__}.stages({rnd}) names undeclared stages {bad}; "
-                             f"declared: {sorted(table)}")
+            raise StageError(
+                f"{type(self).__name__}.stages({rnd}) names undeclared stages {bad}; declared: {sorted(table)}"
+            )
         return names
 
     def check_clients(self, clients: Mapping[str, Client]) -> None:
@@ -141,8 +142,10 @@ class Strategy(ABC):
         for cid, client in sorted(clients.items()):
             missing = sorted(set(table) - set(client.handled_stages()))
             if missing:
-                raise StageError(f"client {cid} ({type(client).__name__}) has no handler for stages {missing} "
-                                 f"declared by {type(self).__name__}; it handles {sorted(client.handled_stages())}")
+                raise StageError(
+                    f"client {cid} ({type(client).__name__}) has no handler for stages {missing} "
+                    f"declared by {type(self).__name__}; it handles {sorted(client.handled_stages())}"
+                )
 
     def configure(self, stage: str, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
         """One message per sampled client, each checked against the stage's request schema."""
@@ -160,14 +163,15 @@ class Strategy(ABC):
                 continue
             checked.add(id(msg))
             if msg.kind != stage or msg.round != rnd:
-                raise StageError(f"{type(self).__name__}: stage {stage!r} round {rnd} configured a "
-                                 f"{msg.kind!r} message of round {msg.round} for {cid}")
+                raise StageError(
+                    f"{type(self).__name__}: stage {stage!r} round {rnd} configured a "
+                    f"{msg.kind!r} message of round {msg.round} for {cid}"
+                )
             if request is not None:
                 validate(msg, request)  # a server-side bug: raises
         return msgs
 
-    def aggregate(self, stage: str, rnd: int, replies: Mapping[str, Message],
-                  failures: Mapping[str, str]) -> Metrics:
+    def aggregate(self, stage: str, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         """Aggregate accepted replies (sorted by client id); returns metrics to log."""
         return dict(self.stage(stage).aggregate(rnd, replies, failures) or {})
 
@@ -186,9 +190,15 @@ class Strategy(ABC):
         request_schema = st.request_schema()
         limits = dict(st.limits(reply.sender)) if st.limits is not None else {}
         bound = bind_request(request, request_schema) if request_schema is not None else None
-        validate(reply, st.reply_schema(), expected_kind=stage,
-                 expected_round=request.round if expected_round is None else expected_round,
-                 request=request, bound=bound, limits=limits)
+        validate(
+            reply,
+            st.reply_schema(),
+            expected_kind=stage,
+            expected_round=request.round if expected_round is None else expected_round,
+            request=request,
+            bound=bound,
+            limits=limits,
+        )
 
     def sample_clients(self, stage: str, rnd: int, clients: Sequence[str]) -> Sequence[str] | None:
         """Override to pick the clients of a stage yourself; None = the runner's sample."""
@@ -224,6 +234,7 @@ def handles(*stages: str) -> Callable[[F], F]:
     def mark(fn: F) -> F:
         setattr(fn, _MARK, tuple(getattr(fn, _MARK, ())) + stages)
         return fn
+
     return mark
 
 
@@ -245,8 +256,9 @@ class Client(ABC):
             for attr, value in vars(klass).items():
                 for stage in getattr(value, _MARK, ()):
                     if stage in own and own[stage] != attr:
-                        raise StageError(f"{klass.__name__} registers two handlers for stage {stage!r}: "
-                                         f"{own[stage]} and {attr}")
+                        raise StageError(
+                            f"{klass.__name__} registers two handlers for stage {stage!r}: {own[stage]} and {attr}"
+                        )
                     own[stage] = attr
             table.update(own)
         cls._handlers = table
@@ -258,8 +270,9 @@ class Client(ABC):
     def handle(self, message: Message) -> Message:
         name = self._handlers.get(message.kind)
         if name is None:
-            raise StageError(f"{type(self).__name__} has no handler for stage {message.kind!r}; "
-                             f"it handles {sorted(self._handlers)}")
+            raise StageError(
+                f"{type(self).__name__} has no handler for stage {message.kind!r}; it handles {sorted(self._handlers)}"
+            )
         return getattr(self, name)(message)
 
     def state_dict(self) -> dict[str, Any]:

@@ -26,12 +26,28 @@ from fednsl.federation.transport import ThreadTransport
 class InProcessRunner(RoundLoop):
     """``--engine inprocess``: :class:`RoundLoop` with a :class:`ThreadTransport`."""
 
-    def __init__(self, federation: Federation, config: RunConfig, run_dir: Path, *,
-                 resume: bool = False, progress: bool = True, message_hook: MessageHook | None = None):
+    def __init__(
+        self,
+        federation: Federation,
+        config: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        message_hook: MessageHook | None = None,
+    ):
         transport = ThreadTransport(federation.clients, config.federation.parallelism)
-        super().__init__(federation, config, run_dir, transport, resume=resume, progress=progress,
-                         message_hook=message_hook)
+        super().__init__(
+            federation, config, run_dir, transport, resume=resume, progress=progress, message_hook=message_hook
+        )
 
 
-__all__ = ["Federation", "InProcessRunner", "MessageHook", "QuorumLostError", "RunResult", "client_seed",
-           "sample_clients"]
+__all__ = [
+    "Federation",
+    "InProcessRunner",
+    "MessageHook",
+    "QuorumLostError",
+    "RunResult",
+    "client_seed",
+    "sample_clients",
+]

@@ -23,8 +23,12 @@ def encode(obj: Any) -> Any:
         if arr.dtype.hasobject or arr.dtype.fields is not None:
             raise TypeError(f"cannot checkpoint a numpy array of dtype {arr.dtype} (object/structured)")
         raw = np.ascontiguousarray(arr).tobytes()
-        return {TAG: torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8),
-                "dtype": arr.dtype.str, "shape": list(arr.shape), "scalar": isinstance(obj, np.generic)}
+        return {
+            TAG: torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.zeros(0, dtype=torch.uint8),
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "scalar": isinstance(obj, np.generic),
+        }
     if isinstance(obj, dict):
         return {k: encode(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -67,8 +67,13 @@ class MetricsLog:
                     raise ValueError("not a metrics row")
             except ValueError as exc:
                 if i == len(lines):
-                    log.warning("%s: the last line (%d) is incomplete (%s); recovered the %d complete rows "
-                                "before it", self.jsonl, i, exc, len(out))
+                    log.warning(
+                        "%s: the last line (%d) is incomplete (%s); recovered the %d complete rows before it",
+                        self.jsonl,
+                        i,
+                        exc,
+                        len(out),
+                    )
                     break
                 raise ValueError(f"{self.jsonl}:{i}: not a metrics row ({exc})") from exc
             out.append(row)
@@ -82,15 +87,18 @@ class MetricsLog:
                 path.unlink()
         for r in rows:
             meta = {k: r[k] for k in ("round", "scope", "stage")}
-            self.log(meta["round"], meta["scope"], meta["stage"],
-                     {k: v for k, v in r.items() if k not in meta})
+            self.log(meta["round"], meta["scope"], meta["stage"], {k: v for k, v in r.items() if k not in meta})
 
 
-def select(rows: Iterable[Mapping[str, Any]], metric: str, scope: str | None = None,
-           stage: str | None = None) -> list[tuple[int, float]]:
+def select(
+    rows: Iterable[Mapping[str, Any]], metric: str, scope: str | None = None, stage: str | None = None
+) -> list[tuple[int, float]]:
     """(round, value) pairs of one metric, for plots and tests."""
-    return [(r["round"], r[metric]) for r in rows if metric in r
-            and (scope is None or r["scope"] == scope) and (stage is None or r["stage"] == stage)]
+    return [
+        (r["round"], r[metric])
+        for r in rows
+        if metric in r and (scope is None or r["scope"] == scope) and (stage is None or r["stage"] == stage)
+    ]
 
 
 _CKPT = re.compile(r"round_(\d+)\.pt$")
@@ -111,15 +119,16 @@ class Checkpoints:
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(buf.getvalue())
         os.replace(tmp, path)
-        for old in self.list()[:-self.keep]:
+        for old in self.list()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
 
     def list(self) -> list[Path]:
         if not self.dir.exists():
             return []
-        return sorted((p for p in self.dir.iterdir() if _CKPT.search(p.name)),
-                      key=lambda p: int(_CKPT.search(p.name).group(1)))
+        return sorted(
+            (p for p in self.dir.iterdir() if _CKPT.search(p.name)), key=lambda p: int(_CKPT.search(p.name).group(1))
+        )
 
     def latest(self) -> tuple[int, dict[str, Any]] | None:
         """(round, state) of the newest readable checkpoint; None when there is none at all.
@@ -139,8 +148,9 @@ class Checkpoints:
                 log.warning("skipped unreadable checkpoint(s): %s; resuming from %s", "; ".join(problems), path.name)
             return int(_CKPT.search(path.name).group(1)), state
         if problems:
-            raise CheckpointError(f"{self.dir}: none of the {len(paths)} checkpoints can be read "
-                                  f"({'; '.join(problems)})")
+            raise CheckpointError(
+                f"{self.dir}: none of the {len(paths)} checkpoints can be read ({'; '.join(problems)})"
+            )
         return None
 
 

@@ -51,8 +51,9 @@ class Transport(ABC):
         return list(ids)
 
     @abstractmethod
-    def dispatch(self, rnd: int, stage: str, outgoing: Mapping[str, Message],
-                 timeout_s: float | None) -> Iterator[Delivery]:
+    def dispatch(
+        self, rnd: int, stage: str, outgoing: Mapping[str, Message], timeout_s: float | None
+    ) -> Iterator[Delivery]:
         """Send ``outgoing[c]`` to every client ``c``; yield one :class:`Delivery` per client as it finishes.
 
         A client that is not done ``timeout_s`` seconds after its message left yields an error delivery.
@@ -93,8 +94,9 @@ class ThreadTransport(Transport):
             return False
         return th is not None
 
-    def dispatch(self, rnd: int, stage: str, outgoing: Mapping[str, Message],
-                 timeout_s: float | None) -> Iterator[Delivery]:
+    def dispatch(
+        self, rnd: int, stage: str, outgoing: Mapping[str, Message], timeout_s: float | None
+    ) -> Iterator[Delivery]:
         done: queue.Queue = queue.Queue()
         todo = list(outgoing)
         active: dict[str, float] = {}  # client -> deadline

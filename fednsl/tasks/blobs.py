@@ -22,7 +22,7 @@ class BlobsConfig:
     samples_per_client: int = 200
     features: int = 10
     classes: int = 3
-    dirichlet_alpha: float = 0.5   # label skew: smaller = more heterogeneous
+    dirichlet_alpha: float = 0.5  # label skew: smaller = more heterogeneous
     class_sep: float = 1.0
     test_ratio: float = 0.25
 
@@ -46,8 +46,12 @@ def make_blobs_federation(cfg: BlobsConfig, seed: int) -> dict[str, ClientData]:
         y = rng.choice(cfg.classes, size=cfg.samples_per_client, p=props)
         x = centers[y] + rng.normal(size=(cfg.samples_per_client, cfg.features))
         n_test = int(round(cfg.test_ratio * cfg.samples_per_client))
-        out[f"c{i:0{width}d}"] = ClientData(x[n_test:].astype(np.float32), y[n_test:].astype(np.int64),
-                                            x[:n_test].astype(np.float32), y[:n_test].astype(np.int64))
+        out[f"c{i:0{width}d}"] = ClientData(
+            x[n_test:].astype(np.float32),
+            y[n_test:].astype(np.int64),
+            x[:n_test].astype(np.float32),
+            y[:n_test].astype(np.int64),
+        )
     return out
 
 

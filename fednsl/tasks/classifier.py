@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.tasks.blobs import ClientData
-from fednsl.common.torch_utils import get_weights, set_weights
 
 
 class TorchClassifierClient(Client):
@@ -30,15 +30,18 @@ class TorchClassifierClient(Client):
         for _ in range(int(msg.config["local_epochs"])):
             order = torch.randperm(len(y), generator=gen)
             for start in range(0, len(y), bs):
-                idx = order[start:start + bs]
+                idx = order[start : start + bs]
                 opt.zero_grad()
                 loss = self.loss_fn(self.model(x[idx]), y[idx])
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(idx)
                 seen += len(idx)
-        return msg.reply(self.cid, arrays=get_weights(self.model),
-                         metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)})
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model),
+            metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:

@@ -25,9 +25,9 @@ class Model(Protocol):
 
 @dataclass
 class Violation:
-    prop: str          # e.g. "P1 deadlock"
+    prop: str  # e.g. "P1 deadlock"
     detail: str
-    trace: list[str]   # transition labels from the initial state
+    trace: list[str]  # transition labels from the initial state
 
 
 @dataclass

@@ -29,22 +29,22 @@ ALIVE, CRASHED, DONE = 0, 1, 2
 class Cli(NamedTuple):
     """Everything about one client; the server's view of it lives here too (for symmetry)."""
 
-    status: int                 # ALIVE / CRASHED / DONE
-    down: tuple                 # FIFO server→client: ("T", round) or ("S",)
-    up: tuple                   # bag client→server: sorted round tags of replies in flight
-    ex: str                     # in the current exchange: n(ot sampled) p(ending) a(ccepted) f(ailed)
-    acc_tag: int                # tag of the accepted reply (for P3)
-    calls: tuple                # callback runs per round (P11)
-    used: tuple                 # times this client's update was aggregated, per round (P4)
+    status: int  # ALIVE / CRASHED / DONE
+    down: tuple  # FIFO server→client: ("T", round) or ("S",)
+    up: tuple  # bag client→server: sorted round tags of replies in flight
+    ex: str  # in the current exchange: n(ot sampled) p(ending) a(ccepted) f(ailed)
+    acc_tag: int  # tag of the accepted reply (for P3)
+    calls: tuple  # callback runs per round (P11)
+    used: tuple  # times this client's update was aggregated, per round (P4)
 
 
 class CState(NamedTuple):
-    rnd: int                    # current round (1-based)
-    phase: str                  # idle | wait | done
+    rnd: int  # current round (1-based)
+    phase: str  # idle | wait | done
     crashes_left: int
     timer_fired: bool
-    clients: tuple              # of Cli
-    bad: tuple = ()             # violations found on the transition into this state
+    clients: tuple  # of Cli
+    bad: tuple = ()  # violations found on the transition into this state
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,10 @@ class Centralised:
                         if c.ex != "a":
                             bad.append(f"P8 sampled only: round {rnd} aggregated {name} which it did not accept")
                         if c.acc_tag != rnd:
-                            bad.append(f"P3 round integrity: round {rnd} aggregated an update of {name} "
-                                       f"tagged round {c.acc_tag}")
+                            bad.append(
+                                f"P3 round integrity: round {rnd} aggregated an update of {name} "
+                                f"tagged round {c.acc_tag}"
+                            )
                         tag = c.acc_tag - 1
                         if 0 <= tag < self.rounds:
                             used = list(c.used)
@@ -147,8 +149,12 @@ class Centralised:
             ex, actions = P.start(s.rnd, "train", tuple(names), min(self.quorum, self.n_clients))
             clients = tuple(c._replace(ex="p", down=c.down + (("T", s.rnd),)) for c in s.clients)
             ns = s._replace(phase="wait", clients=clients)
-            out.append((f"server broadcasts round {s.rnd}", self._apply(ns, [a for a in actions
-                                                                            if not isinstance(a, P.Broadcast)], {})))
+            out.append(
+                (
+                    f"server broadcasts round {s.rnd}",
+                    self._apply(ns, [a for a in actions if not isinstance(a, P.Broadcast)], {}),
+                )
+            )
         for i, c in enumerate(s.clients):
             name = names[i]
             for tag in sorted(set(c.up)):  # the server takes any reply in flight (bag)
@@ -173,11 +179,18 @@ class Centralised:
                         ns = ns._replace(bad=(f"P11 callback once: {name} trained round {r} twice",))
                     out.append((f"{name} trains round {r} and replies", ns))
                 else:
-                    out.append((f"{name} stops", s._replace(clients=_set(s.clients, i, c._replace(down=rest,
-                                                                                                status=DONE)))))
+                    out.append(
+                        (f"{name} stops", s._replace(clients=_set(s.clients, i, c._replace(down=rest, status=DONE))))
+                    )
             if c.status == ALIVE and s.crashes_left > 0:
-                out.append((f"{name} crashes", s._replace(crashes_left=s.crashes_left - 1,
-                                                          clients=_set(s.clients, i, c._replace(status=CRASHED)))))
+                out.append(
+                    (
+                        f"{name} crashes",
+                        s._replace(
+                            crashes_left=s.crashes_left - 1, clients=_set(s.clients, i, c._replace(status=CRASHED))
+                        ),
+                    )
+                )
         if s.phase == "wait" and self.timeouts:
             _, actions = P.step(self._exchange(s), P.Timeout(s.rnd, "train"))
             out.append((f"timer of round {s.rnd} fires", self._apply(s._replace(timer_fired=True), actions, {})))
@@ -191,8 +204,10 @@ class Centralised:
             return None
         if s.phase != "done":
             waiting = [self._name(i) for i, c in enumerate(s.clients) if c.ex == "p"]
-            return f"server blocked in round {s.rnd} waiting for {waiting} (crashed: " \
-                   f"{[self._name(i) for i, c in enumerate(s.clients) if c.status == CRASHED]})"
+            return (
+                f"server blocked in round {s.rnd} waiting for {waiting} (crashed: "
+                f"{[self._name(i) for i, c in enumerate(s.clients) if c.status == CRASHED]})"
+            )
         for i, c in enumerate(s.clients):
             if c.status != CRASHED and (c.down or c.up):
                 return f"P5 no lost messages: {self._name(i)} has messages left in a channel"
@@ -206,13 +221,13 @@ class Centralised:
 
 
 def _set(t: tuple, i: int, v) -> tuple:
-    return t[:i] + (v,) + t[i + 1:]
+    return t[:i] + (v,) + t[i + 1 :]
 
 
 # -- decentralised ----------------------------------------------------------------------------
 class DState(NamedTuple):
-    nodes: tuple      # of (PeerState-as-tuple, calls per step)
-    bag: tuple        # sorted (dst, kind, step, src) messages in flight
+    nodes: tuple  # of (PeerState-as-tuple, calls per step)
+    bag: tuple  # sorted (dst, kind, step, src) messages in flight
     aggregated: tuple  # per node: tuple of steps aggregated, in order
     bad: tuple = ()
 

@@ -28,24 +28,35 @@ def to_promela(m: Centralised) -> str:
     recv = "\n".join(
         f"""        :: nempty(up[{i}]) -> up[{i}]?tag;
            if
-           :: (status[{i}] == PENDING && ({'tag == rnd' if m.tags else 'true'})) ->
+           :: (status[{i}] == PENDING && ({"tag == rnd" if m.tags else "true"})) ->
                 status[{i}] = ACCEPTED; acctag[{i}] = tag; accepted++; pending--
            :: else -> skip /* Discard: stale tag, duplicate or not sampled */
-           fi""" for i in range(nc))
-    timeout = "\n".join(f"                if :: status[{i}] == PENDING -> status[{i}] = FAILED; pending-- "
-                        f":: else -> skip fi;" for i in range(nc))
-    timer = f"""        :: pending > 0 -> /* the timer fires (any time) */
+           fi"""
+        for i in range(nc)
+    )
+    timeout = "\n".join(
+        f"                if :: status[{i}] == PENDING -> status[{i}] = FAILED; pending-- :: else -> skip fi;"
+        for i in range(nc)
+    )
+    timer = (
+        f"""        :: pending > 0 -> /* the timer fires (any time) */
            atomic {{
 {timeout}
-           }}""" if m.timeouts else ""
+           }}"""
+        if m.timeouts
+        else ""
+    )
     bcast = "\n".join(f"        status[{i}] = PENDING; down[{i}]!TRAIN,rnd;" for i in range(nc))
-    agg = "\n".join(f"""          if
+    agg = "\n".join(
+        f"""          if
           :: status[{i}] == ACCEPTED ->
                assert(acctag[{i}] == rnd);            /* P3 round integrity */
                used[{i} * R + acctag[{i}] - 1]++;
                assert(used[{i} * R + acctag[{i}] - 1] <= 1)  /* P4 at most once */
           :: else -> skip
-          fi;""" for i in range(nc))
+          fi;"""
+        for i in range(nc)
+    )
     reset = " ".join(f"status[{i}] = NONE;" for i in range(nc))
     stop = "\n".join(f"    down[{i}]!STOP,0;" for i in range(nc))
     drain = "\n".join(f"    :: up[{i}]?tag" for i in range(nc))
@@ -144,8 +155,10 @@ def run_spin(m: Centralised, workdir: Path | None = None, max_depth: int = 1_000
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "model.pml").write_text(to_promela(m))
     t0 = time.perf_counter()
-    for cmd in (["spin", "-a", "model.pml"],
-                ["gcc", "-O2", "-DSAFETY", "-DNOCLAIM", "-DVECTORSZ=4096", "-o", "pan", "pan.c"]):
+    for cmd in (
+        ["spin", "-a", "model.pml"],
+        ["gcc", "-O2", "-DSAFETY", "-DNOCLAIM", "-DVECTORSZ=4096", "-o", "pan", "pan.c"],
+    ):
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")

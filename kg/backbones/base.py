@@ -27,8 +27,16 @@ import numpy as np
 from kg.documents import Document, Vocab
 from kg.split import Combo
 
-__all__ = ["ClientDocs", "Backbone", "BACKBONES", "register_backbone", "build_backbone", "backbone_names",
-           "cache_dir", "check_values"]
+__all__ = [
+    "ClientDocs",
+    "Backbone",
+    "BACKBONES",
+    "register_backbone",
+    "build_backbone",
+    "backbone_names",
+    "cache_dir",
+    "check_values",
+]
 
 
 @dataclass
@@ -55,8 +63,14 @@ class Backbone(ABC):
 
     name: str = "backbone"
 
-    def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
-                documents: Sequence[Document] = ()) -> dict[str, Any]:
+    def prepare(
+        self,
+        clients: Sequence[ClientDocs],
+        relations: Vocab,
+        entity_types: Vocab,
+        seed: int,
+        documents: Sequence[Document] = (),
+    ) -> dict[str, Any]:
         """Fit or load the backbone; returns a JSON-able summary (default: nothing to do).
 
         ``documents``: the whole corpus in reader order, for backbones that look values up by position
@@ -76,14 +90,18 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def register_backbone(name: str, options: Any = None, doc: str = "") -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+def register_backbone(
+    name: str, options: Any = None, doc: str = ""
+) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     """Register a backbone factory ``factory(options) -> Backbone`` with its options dataclass."""
+
     def deco(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
         key = _norm(name)
         if key in _REGISTRY and _REGISTRY[key][0] is not factory:
             raise ValueError(f"backbone {name!r} registered twice")
         _REGISTRY[key] = (factory, options, doc)
         return factory
+
     return deco
 
 
@@ -123,8 +141,10 @@ def check_values(values: np.ndarray, doc: Document, num_relations: int, source: 
     n = doc.num_entities
     arr = np.asarray(values, dtype=np.float32)
     if arr.shape != (n, n, num_relations):
-        raise ValueError(f"{source}: document {doc.doc_id}: values have shape {arr.shape}, expected "
-                         f"(N, N, R) = ({n}, {n}, {num_relations})")
+        raise ValueError(
+            f"{source}: document {doc.doc_id}: values have shape {arr.shape}, expected "
+            f"(N, N, R) = ({n}, {n}, {num_relations})"
+        )
     if arr.size and (not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 1):
         raise ValueError(f"{source}: document {doc.doc_id}: values must be finite probabilities in [0, 1]")
     return arr

@@ -38,8 +38,10 @@ def load_dump(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a pickle with code, a torn file, not a torch file at all
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ValueError(f"{path}: cannot be read as plain tensors (torch.load weights_only=True: {first}); "
-                         "expected a dict of lists of {N, logits, ...} tensors") from None
+        raise ValueError(
+            f"{path}: cannot be read as plain tensors (torch.load weights_only=True: {first}); "
+            "expected a dict of lists of {N, logits, ...} tensors"
+        ) from None
     if not isinstance(data, dict) or not any(k in data for k in ("train", "dev", "test")):
         raise ValueError(f"{path}: expected a dict with 'train'/'dev'/'test' lists of {{N, logits, ...}}")
     for split, items in data.items():
@@ -60,8 +62,14 @@ class LogireDump(Backbone):
         self.by_doc: dict[str, np.ndarray] = {}
         self.num_relations = 0
 
-    def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
-                documents: Sequence[Document] = ()) -> dict[str, Any]:
+    def prepare(
+        self,
+        clients: Sequence[ClientDocs],
+        relations: Vocab,
+        entity_types: Vocab,
+        seed: int,
+        documents: Sequence[Document] = (),
+    ) -> dict[str, Any]:
         """Match dump items to ``documents`` (the whole corpus, in reader order)."""
         num_relations = len(relations)
         if not self.options.path:
@@ -82,13 +90,16 @@ class LogireDump(Backbone):
                 logits = torch.as_tensor(it["logits"]).float()
                 if logits.dim() == 3 and logits.shape[-1] == num_relations + 1:
                     logits = logits[..., 1:]
-                self.by_doc[doc.doc_id] = check_values(torch.sigmoid(logits).numpy(), doc, num_relations,
-                                                       f"{self.options.path} [{split}]")
+                self.by_doc[doc.doc_id] = check_values(
+                    torch.sigmoid(logits).numpy(), doc, num_relations, f"{self.options.path} [{split}]"
+                )
                 matched += 1
         return {"backbone": self.name, "path": str(self.options.path), "matched_documents": matched}
 
     def values(self, client: ClientDocs | None, doc: Document) -> np.ndarray:
         if doc.doc_id not in self.by_doc:
-            raise ValueError(f"logire-dump backbone: no dump item for document {doc.doc_id} (split {doc.split}) "
-                             f"in {self.options.path}")
+            raise ValueError(
+                f"logire-dump backbone: no dump item for document {doc.doc_id} (split {doc.split}) "
+                f"in {self.options.path}"
+            )
         return self.by_doc[doc.doc_id]

@@ -30,8 +30,7 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f} GB"
 
 
-def check_documents(docs: Iterable[Document], num_relations: int, pair_dim: int, limit_gb: float,
-                    option: str) -> None:
+def check_documents(docs: Iterable[Document], num_relations: int, pair_dim: int, limit_gb: float, option: str) -> None:
     """Raise ValueError naming the largest document whose estimate exceeds ``limit_gb`` (set by ``option``)."""
     worst = max(docs, key=lambda d: d.num_entities, default=None)
     if worst is None:
@@ -41,7 +40,8 @@ def check_documents(docs: Iterable[Document], num_relations: int, pair_dim: int,
         raise ValueError(
             f"document {worst.doc_id} has {worst.num_entities} entities: its relation scores need about "
             f"{_gb(need)} (4 bytes x N^2 x (4R+2P) with R={num_relations}, P={pair_dim}), above the limit of "
-            f"{limit_gb:g} GB; raise {option} or leave such documents out")
+            f"{limit_gb:g} GB; raise {option} or leave such documents out"
+        )
 
 
 def rows_per_chunk(n: int, bytes_per_pair: int, budget: int = CHUNK_BUDGET_BYTES) -> int:

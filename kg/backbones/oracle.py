@@ -51,8 +51,14 @@ class NoisyOracle(Backbone):
         self.seed = 0
         self.drop: np.ndarray | None = None
 
-    def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
-                documents: Sequence[Document] = ()) -> dict[str, Any]:
+    def prepare(
+        self,
+        clients: Sequence[ClientDocs],
+        relations: Vocab,
+        entity_types: Vocab,
+        seed: int,
+        documents: Sequence[Document] = (),
+    ) -> dict[str, Any]:
         self.seed = int(seed)
         num_relations, relation_names = len(relations), tuple(relations.names)
         drop = np.full(num_relations, float(self.options.drop))
@@ -62,8 +68,12 @@ class NoisyOracle(Backbone):
                     raise ValueError(f"oracle backbone: drop_by_relation names unknown relation {name!r}")
                 drop[relation_names.index(name)] = float(p)
         self.drop = drop
-        return {"backbone": self.name, "drop": float(self.options.drop), "sigma": self.options.sigma,
-                "false_rate": self.options.false_rate}
+        return {
+            "backbone": self.name,
+            "drop": float(self.options.drop),
+            "sigma": self.options.sigma,
+            "false_rate": self.options.false_rate,
+        }
 
     def values(self, client: ClientDocs | None, doc: Document) -> np.ndarray:
         if self.drop is None:

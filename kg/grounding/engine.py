@@ -148,8 +148,12 @@ def node_table(
     the maximising intermediate entity of each node when ``want_arg``."""
     n_docs, n, _, n_channels = values.shape
     offsets = level_offsets(plan, n_channels)
-    check_table_memory(n_docs, n, offsets[-1] + (offsets[-1] - n_channels if want_arg else 0) + len(plan.body_level),
-                       values.element_size())
+    check_table_memory(
+        n_docs,
+        n,
+        offsets[-1] + (offsets[-1] - n_channels if want_arg else 0) + len(plan.body_level),
+        values.element_size(),
+    )
     table = values.new_empty(n_docs, offsets[-1], n, n)
     backend = pick_backend(backend, table, table)
     fill_channels(values, table, backend)
@@ -160,8 +164,18 @@ def node_table(
         parent_rows = parents if k == 2 else parents + offsets[k - 2]
         dest = offsets[k - 1] + np.arange(len(parents))
         apply_pairs(
-            table, table, parent_rows, tokens, table, dest, plan.stay_id, semiring,
-            eps=eps, backend=backend, arg=arg, arg_index=None if arg is None else dest - n_channels,
+            table,
+            table,
+            parent_rows,
+            tokens,
+            table,
+            dest,
+            plan.stay_id,
+            semiring,
+            eps=eps,
+            backend=backend,
+            arg=arg,
+            arg_index=None if arg is None else dest - n_channels,
         )
     return table, offsets, arg
 

@@ -134,7 +134,6 @@ if HAVE_NUMBA:
                             row[j] = v
                             arow[j] = k
 
-
     @numba.njit(cache=True, nogil=True)
     def _fill_channels_nb(values, table):  # pragma: no cover - compiled
         """table[b, c, h, t] = values[b, h, t, c] for c < C (channel-major copy of the values)."""

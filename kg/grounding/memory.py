@@ -39,4 +39,5 @@ def check_table_memory(n_docs: int, n: int, rows: int, itemsize: int) -> None:
         raise GroundingInputError(
             f"grounding {n_docs} document(s) of {n} entities with {rows} (N, N) matrices needs about "
             f"{need / 2**30:.1f} GB, above the limit of {limit / 2**30:g} GB; set {ENV} higher, ground fewer "
-            "documents or rules at once, or leave out documents this large")
+            "documents or rules at once, or leave out documents this large"
+        )

@@ -123,7 +123,9 @@ class SparseGraph:
         """Graph of ``triples`` (n, 3) int64 (head, relation in 0..R-1, tail) plus their inverses (t, r+R, h)."""
         arr = _as_triples(triples, "triples")
         if num_entities <= 0 or num_relations <= 0:
-            raise SparseGraphError(f"num_entities and num_relations must be positive, got {num_entities}, {num_relations}")
+            raise SparseGraphError(
+                f"num_entities and num_relations must be positive, got {num_entities}, {num_relations}"
+            )
         if arr.size:
             if arr[:, [0, 2]].min() < 0 or arr[:, [0, 2]].max() >= num_entities:
                 raise SparseGraphError(f"triples hold an entity id outside [0, {num_entities})")
@@ -147,8 +149,9 @@ class SparseGraph:
             mat = sp.csr_matrix((data, (src[lo:hi], dst[lo:hi])), shape=(E, E))
             mat.sum_duplicates()
             adjacency.append(mat)
-        return cls(adjacency, E, R, keys, backend=backend, max_batch_bytes=max_batch_bytes,
-                   dense_max_bytes=dense_max_bytes)
+        return cls(
+            adjacency, E, R, keys, backend=backend, max_batch_bytes=max_batch_bytes, dense_max_bytes=dense_max_bytes
+        )
 
     # ------------------------------------------------------------------ facts about the graph
     @property
@@ -159,7 +162,9 @@ class SparseGraph:
     def has_edges(self, src: np.ndarray, rel: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """(m,) bool: whether each directed edge src -rel-> dst is in the graph."""
         E = self.num_entities
-        keys = (np.asarray(rel, dtype=np.int64) * E + np.asarray(src, dtype=np.int64)) * E + np.asarray(dst, dtype=np.int64)
+        keys = (np.asarray(rel, dtype=np.int64) * E + np.asarray(src, dtype=np.int64)) * E + np.asarray(
+            dst, dtype=np.int64
+        )
         pos = np.searchsorted(self.edge_keys, keys)
         pos = np.minimum(pos, max(self.edge_keys.size - 1, 0))
         return (self.edge_keys.size > 0) & (self.edge_keys[pos] == keys)
@@ -224,8 +229,11 @@ class SparseGraph:
         rows = np.arange(n_rows, dtype=np.int64)
         keep = arr[:, 1] >= 0
         rows, arr = rows[keep], arr[keep]
-        if arr.size and (arr[:, 1].max() >= 2 * self.num_relations or arr[:, [0, 2]].min() < 0
-                         or arr[:, [0, 2]].max() >= self.num_entities):
+        if arr.size and (
+            arr[:, 1].max() >= 2 * self.num_relations
+            or arr[:, [0, 2]].min() < 0
+            or arr[:, [0, 2]].max() >= self.num_entities
+        ):
             raise SparseGraphError("exclude holds an id outside the graph's entities or relations 0..2R-1")
         inv = np.where(arr[:, 1] < self.num_relations, arr[:, 1] + self.num_relations, arr[:, 1] - self.num_relations)
         row = np.concatenate([rows, rows])
@@ -336,7 +344,7 @@ class SparseGraph:
             while len(stack) > 1 and body[: len(stack[-1][0])] != stack[-1][0]:
                 stack.pop()
             prefix, x = stack[-1]
-            for q in body[len(prefix):]:
+            for q in body[len(prefix) :]:
                 x = self._step_dense(x, q, excl) if dense else self._step_scipy(x, q, excl)
                 prefix = prefix + (q,)
                 stack.append((prefix, x))

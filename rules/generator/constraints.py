@@ -26,10 +26,14 @@ class TypeConstraints:
     def __post_init__(self) -> None:
         a = self.allowed
         if a.dtype != torch.bool or a.dim() != 3 or a.shape[0] % 2 != 1 or a.shape[1] != a.shape[2]:
-            raise ValueError(f"TypeConstraints.allowed must be a bool tensor (2R+1, E, E), got {a.dtype} {tuple(a.shape)}")
+            raise ValueError(
+                f"TypeConstraints.allowed must be a bool tensor (2R+1, E, E), got {a.dtype} {tuple(a.shape)}"
+            )
         r = (a.shape[0] - 1) // 2
         if not torch.equal(a[r : 2 * r], a[:r].transpose(1, 2)):
-            raise ValueError("TypeConstraints.allowed: inverse tokens (R..2R-1) must be the transposes of relations 0..R-1")
+            raise ValueError(
+                "TypeConstraints.allowed: inverse tokens (R..2R-1) must be the transposes of relations 0..R-1"
+            )
         if not torch.equal(a[2 * r], torch.eye(a.shape[1], dtype=torch.bool, device=a.device)):
             raise ValueError("TypeConstraints.allowed: the stay token 2R must keep the type (identity)")
 

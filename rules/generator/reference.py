@@ -12,9 +12,7 @@ from rules.generator.model import RuleGenerator
 from rules.generator.sampling import SampledRules, _finish, _gumbel, _prepare_triples, _report_uncompletable
 
 
-def _py_allowed(
-    head: int, tail: int, prefix: tuple[int, ...], length: int, r: int, table: list | None
-) -> list[bool]:
+def _py_allowed(head: int, tail: int, prefix: tuple[int, ...], length: int, r: int, table: list | None) -> list[bool]:
     """Pure-Python allowed-next-token list for one (triple, prefix): independent of ``_Validity``.
 
     ``table`` = ``TypeConstraints.allowed.tolist()`` or None (well-formedness only).

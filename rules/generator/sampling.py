@@ -43,7 +43,9 @@ class SampledRules:
         return out
 
     def to(self, device: torch.device | str) -> SampledRules:
-        return SampledRules(*(getattr(self, f).to(device) for f in ("bodies", "log_prior", "counts", "mask", "uncompletable")))
+        return SampledRules(
+            *(getattr(self, f).to(device) for f in ("bodies", "log_prior", "counts", "mask", "uncompletable"))
+        )
 
 
 def _gumbel(shape: tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -79,7 +81,11 @@ def _finish(
     if key.shape[0]:
         uniq, inv, cnt = torch.unique(key, dim=0, return_inverse=True, return_counts=True)  # sorted by (t, body)
     else:
-        uniq, inv, cnt = key, torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long, device=device)
+        uniq, inv, cnt = (
+            key,
+            torch.zeros(0, dtype=torch.long, device=device),
+            torch.zeros(0, dtype=torch.long, device=device),
+        )
     u_logp = torch.zeros(uniq.shape[0], dtype=logp.dtype, device=device).scatter_(0, inv, logp)
     tri = uniq[:, 0]
     order = torch.sort(tri * (num_samples + 1) + (num_samples - cnt), stable=True).indices

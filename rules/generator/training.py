@@ -128,7 +128,9 @@ def _multinomial(probs: torch.Tensor, n: int, generator: torch.Generator) -> tor
     return torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[0] - 1)
 
 
-def _constraint_ok(triples: torch.Tensor, bodies: torch.Tensor, c: GeneratorConfig, tc: TypeConstraints) -> torch.Tensor:
+def _constraint_ok(
+    triples: torch.Tensor, bodies: torch.Tensor, c: GeneratorConfig, tc: TypeConstraints
+) -> torch.Tensor:
     state = _Validity(triples, c.max_body_len, c.num_relations, tc)
     ok = torch.ones(triples.shape[0], dtype=torch.bool)
     for k in range(c.max_body_len):

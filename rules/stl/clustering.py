@@ -44,9 +44,13 @@ def _per_sample(f: Formula, signals: Any, params: Any, measure: str) -> torch.Te
     raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
 
 
-def alignment_matrix(template: Template, params: Mapping[str, Any],
-                     predictions: torch.Tensor | Mapping[str, torch.Tensor], *,
-                     measure: str = "violation") -> torch.Tensor:
+def alignment_matrix(
+    template: Template,
+    params: Mapping[str, Any],
+    predictions: torch.Tensor | Mapping[str, torch.Tensor],
+    *,
+    measure: str = "violation",
+) -> torch.Tensor:
     """Loss of each cluster model on each client's property, shape ``(K, N)``.
 
     ``predictions``: ``(K, N, S, T)`` — cluster ``k``'s predictions for client ``i``'s ``S``
@@ -90,10 +94,13 @@ def alignment_matrix(template: Template, params: Mapping[str, Any],
     return per_sample.mean(-1)
 
 
-def alignment_matrix_from_formulas(formulas: Sequence[Formula],
-                                   predictions: torch.Tensor | Mapping[str, torch.Tensor], *,
-                                   params: Sequence[Mapping[str, Any]] | None = None,
-                                   measure: str = "violation") -> torch.Tensor:
+def alignment_matrix_from_formulas(
+    formulas: Sequence[Formula],
+    predictions: torch.Tensor | Mapping[str, torch.Tensor],
+    *,
+    params: Sequence[Mapping[str, Any]] | None = None,
+    measure: str = "violation",
+) -> torch.Tensor:
     """Like :func:`alignment_matrix` for arbitrary per-client formulas (a loop over clients):
     client ``i``'s formula on ``predictions[:, i]`` ``(K, S, T)``, averaged over samples and over
     the valid start times (Eq. 10; one start time when ``T = horizon + 1``).  Returns ``(K, N)``."""
@@ -129,8 +136,7 @@ def assign_argmin(loss: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
     return _wrap(arr.argmin(axis=0).astype(np.int64), is_torch)
 
 
-def assign_balanced(loss: torch.Tensor | np.ndarray, capacity: int | None = None
-                    ) -> torch.Tensor | np.ndarray:
+def assign_balanced(loss: torch.Tensor | np.ndarray, capacity: int | None = None) -> torch.Tensor | np.ndarray:
     """Balanced greedy assignment (FedSTL code): visit the entries of ``loss (K, N)`` in
     increasing order (one stable sort, row-major ties) and put client ``i`` in cluster ``k`` when
     ``i`` is unassigned and ``k`` has fewer than ``capacity`` members (default ``ceil(N / K)``).
@@ -170,10 +176,17 @@ class ClusterResult:
     params: dict[str, torch.Tensor]  # mined per-client parameters {name: (N,)}
 
 
-def cluster_id(template: Template, client_signals: torch.Tensor | Mapping[str, torch.Tensor],
-               predictions: torch.Tensor | Mapping[str, torch.Tensor], *, rule: str = "argmin",
-               capacity: int | None = None, measure: str = "violation",
-               params: Mapping[str, torch.Tensor] | None = None, **mine_kwargs: Any) -> ClusterResult:
+def cluster_id(
+    template: Template,
+    client_signals: torch.Tensor | Mapping[str, torch.Tensor],
+    predictions: torch.Tensor | Mapping[str, torch.Tensor],
+    *,
+    rule: str = "argmin",
+    capacity: int | None = None,
+    measure: str = "violation",
+    params: Mapping[str, torch.Tensor] | None = None,
+    **mine_kwargs: Any,
+) -> ClusterResult:
     """FedSTL Alg. 1: mine each client's property on its sample ``client_signals``
     ``(N, S, T)`` (lines 2–4; skipped when ``params`` are given), score every cluster model's
     predictions ``(K, N, S, T)`` against it (lines 5–9) and assign clients (line 10) by
@@ -190,6 +203,13 @@ def cluster_id(template: Template, client_signals: torch.Tensor | Mapping[str, t
 
 
 __all__ = [
-    "ClusterResult", "MEASURES", "RULES", "alignment_matrix", "alignment_matrix_from_formulas",
-    "assign_argmin", "assign_balanced", "cluster_id", "cluster_members",
+    "ClusterResult",
+    "MEASURES",
+    "RULES",
+    "alignment_matrix",
+    "alignment_matrix_from_formulas",
+    "assign_argmin",
+    "assign_balanced",
+    "cluster_id",
+    "cluster_members",
 ]

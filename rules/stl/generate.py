@@ -22,8 +22,9 @@ from .syntax import (
 ALL_OPS = ("not", "and", "or", "implies", "always", "eventually", "until", "release")
 
 
-def random_predicate(rng: np.random.Generator, signals: Sequence[str],
-                     params: Sequence[str] = (), p_diff: float = 0.2) -> Predicate:
+def random_predicate(
+    rng: np.random.Generator, signals: Sequence[str], params: Sequence[str] = (), p_diff: float = 0.2
+) -> Predicate:
     """``x ~ c`` or ``x1 - x2 ~ c`` with c ∈ [-1, 1] rounded to 2 decimals (or a parameter)."""
     sig = str(rng.choice(list(signals)))
     minus = None
@@ -36,9 +37,15 @@ def random_predicate(rng: np.random.Generator, signals: Sequence[str],
     return Predicate(sig, op, thr, minus)
 
 
-def random_formula(rng: np.random.Generator, signals: Sequence[str] = ("x", "y"), depth: int = 3,
-                   max_window: int = 3, ops: Sequence[str] = ALL_OPS[:-1],
-                   params: Sequence[str] = (), p_leaf: float = 0.25) -> Formula:
+def random_formula(
+    rng: np.random.Generator,
+    signals: Sequence[str] = ("x", "y"),
+    depth: int = 3,
+    max_window: int = 3,
+    ops: Sequence[str] = ALL_OPS[:-1],
+    params: Sequence[str] = (),
+    p_leaf: float = 0.25,
+) -> Formula:
     """A random formula of nesting depth ≤ ``depth`` using the connectives in ``ops``
     (release excluded by default: rtamt lacks it); windows ``[lo, hi] ⊆ [0, max_window]``."""
     if depth <= 0 or rng.random() < p_leaf:

@@ -41,9 +41,17 @@ from .templates import Template, TemplateSignals, drop_leading_offset, template_
 METHODS = ("auto", "closed", "search")
 
 
-def mine(template: Template, signals: TemplateSignals, *, method: str = "auto",
-         margin: float = 0.0, grid: int = 16, alpha: float = 50.0,
-         beta: float = 4.0, max_elements: int = 1 << 24) -> dict[str, torch.Tensor]:
+def mine(
+    template: Template,
+    signals: TemplateSignals,
+    *,
+    method: str = "auto",
+    margin: float = 0.0,
+    grid: int = 16,
+    alpha: float = 50.0,
+    beta: float = 4.0,
+    max_elements: int = 1 << 24,
+) -> dict[str, torch.Tensor]:
     """Tight per-client parameters of ``template``: ``{name: (clients,)}``.
 
     ``method``: ``"auto"`` (closed form when the template has one, else search), ``"closed"``
@@ -55,8 +63,7 @@ def mine(template: Template, signals: TemplateSignals, *, method: str = "auto",
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "closed" or (method == "auto" and template.closed_form is not None):
         return mine_closed_form(template, signals, margin=margin)
-    return mine_search(template, signals, margin=margin, grid=grid, alpha=alpha,
-                       beta=beta, max_elements=max_elements)
+    return mine_search(template, signals, margin=margin, grid=grid, alpha=alpha, beta=beta, max_elements=max_elements)
 
 
 def _out_dtype(template: Template, signals: TemplateSignals) -> torch.dtype:
@@ -65,8 +72,9 @@ def _out_dtype(template: Template, signals: TemplateSignals) -> torch.dtype:
     return t.dtype if t.is_floating_point() else torch.get_default_dtype()
 
 
-def _finish(template: Template, params: dict[str, torch.Tensor], margin: float,
-            dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _finish(
+    template: Template, params: dict[str, torch.Tensor], margin: float, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """Apply the margin (loose direction) and cast, rounding towards the loose side."""
     out = {}
     for p in template.params:
@@ -80,8 +88,7 @@ def _finish(template: Template, params: dict[str, torch.Tensor], margin: float,
     return out
 
 
-def mine_closed_form(template: Template, signals: TemplateSignals, *,
-                     margin: float = 0.0) -> dict[str, torch.Tensor]:
+def mine_closed_form(template: Template, signals: TemplateSignals, *, margin: float = 0.0) -> dict[str, torch.Tensor]:
     """Closed-form tight parameters (templates built by the row 1, 2, 4, 7 factories)."""
     if template.closed_form is None:
         raise ValueError(f"template {template.name!r} has no closed form; use method='search'")
@@ -90,8 +97,7 @@ def mine_closed_form(template: Template, signals: TemplateSignals, *,
 
 
 # --- search --------------------------------------------------------------------------------------
-def _param_range(conjunct: Formula, name: str, sig: dict[str, torch.Tensor]
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def _param_range(conjunct: Formula, name: str, sig: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-client range of the signal terms compared with ``name``, padded by 1 % (+1e-9)."""
     lo = hi = None
     for node in conjunct.walk():
@@ -111,8 +117,9 @@ def _signal_scale(sig: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.where(spans > 0, spans, torch.ones_like(spans))
 
 
-def _search_conjunct(conjunct: Formula, sig: dict[str, torch.Tensor], grid: int,
-                     alpha: float, beta: float, max_elements: int) -> dict[str, torch.Tensor]:
+def _search_conjunct(
+    conjunct: Formula, sig: dict[str, torch.Tensor], grid: int, alpha: float, beta: float, max_elements: int
+) -> dict[str, torch.Tensor]:
     names = conjunct.parameters()
     offset, conjunct = drop_leading_offset(conjunct)
     length = conjunct.horizon + 1
@@ -166,8 +173,10 @@ def _search_conjunct(conjunct: Formula, sig: dict[str, torch.Tensor], grid: int,
         start_ok = feasible(best)
     if not bool(start_ok.all()):
         bad = torch.nonzero(~start_ok).flatten().tolist()
-        raise ValueError(f"no parameter value satisfies {conjunct} for client(s) {bad[:10]} "
-                         "even at the loosest end of the data range")
+        raise ValueError(
+            f"no parameter value satisfies {conjunct} for client(s) {bad[:10]} "
+            "even at the loosest end of the data range"
+        )
     # 2) TeLEx post-processing: tighten each parameter in turn (exact search, see _tighten)
     cur = dict(best)
     for p in names:
@@ -175,9 +184,15 @@ def _search_conjunct(conjunct: Formula, sig: dict[str, torch.Tensor], grid: int,
     return cur
 
 
-def _tighten(conjunct: Formula, name: str, sign: int, cur: dict[str, torch.Tensor],
-             sig: dict[str, torch.Tensor], rng: tuple[torch.Tensor, torch.Tensor],
-             feasible: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+def _tighten(
+    conjunct: Formula,
+    name: str,
+    sign: int,
+    cur: dict[str, torch.Tensor],
+    sig: dict[str, torch.Tensor],
+    rng: tuple[torch.Tensor, torch.Tensor],
+    feasible: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+) -> torch.Tensor:
     """Tightest value of ``name`` (others fixed at ``cur``, which satisfies) keeping every sample
     satisfied — exactly, without a tolerance.
 
@@ -223,9 +238,16 @@ def _tighten(conjunct: Formula, name: str, sign: int, cur: dict[str, torch.Tenso
     return -sign * q_best
 
 
-def mine_search(template: Template, signals: TemplateSignals, *, margin: float = 0.0,
-                grid: int = 16, alpha: float = 50.0, beta: float = 4.0,
-                max_elements: int = 1 << 24) -> dict[str, torch.Tensor]:
+def mine_search(
+    template: Template,
+    signals: TemplateSignals,
+    *,
+    margin: float = 0.0,
+    grid: int = 16,
+    alpha: float = 50.0,
+    beta: float = 4.0,
+    max_elements: int = 1 << 24,
+) -> dict[str, torch.Tensor]:
     """Tightness-metric grid search + exact tightening (module docstring), conjunct by conjunct."""
     sig = template_signals(template, signals)
     out: dict[str, torch.Tensor] = {}

@@ -54,9 +54,7 @@ class STLSyntaxError(ValueError):
         self.column = pos - start + 1
         end = text.find("\n", pos)
         src = text[start : end if end >= 0 else len(text)]
-        super().__init__(
-            f"{message} at line {self.line}, column {self.column}:\n  {src}\n  {' ' * (self.column - 1)}^"
-        )
+        super().__init__(f"{message} at line {self.line}, column {self.column}:\n  {src}\n  {' ' * (self.column - 1)}^")
 
 
 @dataclass(frozen=True)
@@ -87,12 +85,28 @@ _TOKEN_RE = re.compile(
     """,
     re.VERBOSE,
 )
-_WORDS = {"and": "AND", "or": "OR", "not": "NOT", "always": "ALW", "eventually": "EVT",
-          "until": "UNT", "release": "REL_"}
+_WORDS = {
+    "and": "AND",
+    "or": "OR",
+    "not": "NOT",
+    "always": "ALW",
+    "eventually": "EVT",
+    "until": "UNT",
+    "release": "REL_",
+}
 _LETTERS = {"G": "ALW", "F": "EVT", "U": "UNT", "R": "REL_"}
 _UNICODE_REL = {"≤": "<=", "≥": ">="}
-_DESCR = {"NUM": "a number", "NAME": "a name", "REL": "a comparison (<, <=, >, >=)", "LP": "'('",
-          "RP": "')'", "LB": "'['", "RB": "']'", "SEP": "':'", "EOF": "end of input"}
+_DESCR = {
+    "NUM": "a number",
+    "NAME": "a name",
+    "REL": "a comparison (<, <=, >, >=)",
+    "LP": "'('",
+    "RP": "')'",
+    "LB": "'['",
+    "RB": "']'",
+    "SEP": "':'",
+    "EOF": "end of input",
+}
 
 
 def _tokenize(text: str) -> list[_Tok]:

@@ -175,10 +175,23 @@ class _Tight(_Mode):
 
 
 class _Env:
-    def __init__(self, signals: dict[str, torch.Tensor], params: dict[str, torch.Tensor | float],
-                 mode: _Mode, boundary: str, until: str, scale: torch.Tensor | float = 1.0) -> None:
+    def __init__(
+        self,
+        signals: dict[str, torch.Tensor],
+        params: dict[str, torch.Tensor | float],
+        mode: _Mode,
+        boundary: str,
+        until: str,
+        scale: torch.Tensor | float = 1.0,
+    ) -> None:
         self.signals, self.params, self.mode, self.boundary, self.until, self.scale = (
-            signals, params, mode, boundary, until, scale)
+            signals,
+            params,
+            mode,
+            boundary,
+            until,
+            scale,
+        )
 
 
 def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -207,8 +220,7 @@ def _window(v: torch.Tensor, lo: int, hi: int, use_max: bool, env: _Env) -> torc
     return sliding_max(u, hi - lo + 1) if use_max else sliding_min(u, hi - lo + 1)
 
 
-def _until(v1: torch.Tensor, v2: torch.Tensor, lo: int, hi: int, outer_max: bool,
-           env: _Env) -> torch.Tensor:
+def _until(v1: torch.Tensor, v2: torch.Tensor, lo: int, hi: int, outer_max: bool, env: _Env) -> torch.Tensor:
     """out(t) = OUTER_{k∈[lo,hi]} INNER(v2(t+k), INNER_{j∈J_k} v1(t+j)), INNER the other one of
     min/max; J_k = [0, k) (strict, rtamt/LTL) or [0, k] (inclusive, FedSTL Def. 5 as printed)."""
     mode = env.mode
@@ -274,14 +286,16 @@ def _eval(f: Formula, env: _Env) -> torch.Tensor:
 # --- input handling -----------------------------------------------------------------------------
 def _to_tensor(x: Any, what: str) -> torch.Tensor:
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
-    if t.dtype == torch.bool or not (t.is_floating_point() or t.dtype in (
-            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+    if t.dtype == torch.bool or not (
+        t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+    ):
         raise TypeError(f"{what}: expected a real-valued tensor, got dtype {t.dtype}")
     return t if t.is_floating_point() else t.to(torch.get_default_dtype())
 
 
-def prepare(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None
-            ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor | float], int]:
+def prepare(
+    formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor | float], int]:
     """Check and convert inputs: returns (signals, params with a trailing time axis, T)."""
     if not isinstance(formula, Formula):
         raise TypeError(f"expected an STL Formula, got {type(formula).__name__}")
@@ -300,8 +314,7 @@ def prepare(formula: Formula, signals: Signals, params: Mapping[str, ParamValue]
     lengths = {n: t.shape[-1] for n, t in sig.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"signals have different lengths T: {lengths}")
-    dtype = torch.promote_types(*[t.dtype for t in sig.values()]) if len(sig) > 1 else next(
-        iter(sig.values())).dtype
+    dtype = torch.promote_types(*[t.dtype for t in sig.values()]) if len(sig) > 1 else next(iter(sig.values())).dtype
     device = next(iter(sig.values())).device
     sig = {n: t.to(dtype) for n, t in sig.items()}
     batch = _broadcast(*[t.shape[:-1] for t in sig.values()])
@@ -320,15 +333,22 @@ def prepare(formula: Formula, signals: Signals, params: Mapping[str, ParamValue]
         try:
             _broadcast(t.shape, batch)
         except ValueError:
-            raise ValueError(f"parameter {p!r} of shape {tuple(t.shape)} does not broadcast "
-                             f"against the batch shape {tuple(batch)}") from None
+            raise ValueError(
+                f"parameter {p!r} of shape {tuple(t.shape)} does not broadcast against the batch shape {tuple(batch)}"
+            ) from None
         par[p] = t.unsqueeze(-1)
     return sig, par, next(iter(lengths.values()))
 
 
-def evaluate(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None,
-             mode: _Mode, boundary: str = "valid", until: str = "strict",
-             scale: Any = 1.0) -> torch.Tensor:
+def evaluate(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None,
+    mode: _Mode,
+    boundary: str = "valid",
+    until: str = "strict",
+    scale: Any = 1.0,
+) -> torch.Tensor:
     """Shared evaluator; see the module docstring for shapes."""
     if boundary not in BOUNDARIES:
         raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
@@ -336,44 +356,79 @@ def evaluate(formula: Formula, signals: Signals, params: Mapping[str, ParamValue
         raise ValueError(f"until must be one of {UNTIL_SEMANTICS}, got {until!r}")
     sig, par, length = prepare(formula, signals, params)
     if boundary == "valid" and length <= formula.horizon:
-        raise ValueError(f"traces of length {length} are too short for formula horizon "
-                         f"{formula.horizon} (need T > horizon): {formula}")
+        raise ValueError(
+            f"traces of length {length} are too short for formula horizon "
+            f"{formula.horizon} (need T > horizon): {formula}"
+        )
     if isinstance(scale, torch.Tensor):
         scale = scale.to(next(iter(sig.values()))).unsqueeze(-1)
     out = _eval(formula, _Env(sig, par, mode, boundary, until, scale))
-    batch = _broadcast(*[t.shape[:-1] for t in sig.values()],
-                                   *[p.shape[:-1] for p in par.values() if isinstance(p, torch.Tensor)])
+    batch = _broadcast(
+        *[t.shape[:-1] for t in sig.values()], *[p.shape[:-1] for p in par.values() if isinstance(p, torch.Tensor)]
+    )
     return out.expand(*batch, out.shape[-1])
 
 
 # --- public functions ----------------------------------------------------------------------------
-def robustness(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None = None,
-               *, boundary: str = "valid", until: str = "strict") -> torch.Tensor:
+def robustness(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    boundary: str = "valid",
+    until: str = "strict",
+) -> torch.Tensor:
     """Quantitative robustness ρ (FedSTL Def. 5), shape ``(*batch, T')`` (module docstring)."""
     return evaluate(formula, signals, params, _Rho(), boundary, until)
 
 
-def violation(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None = None,
-              *, boundary: str = "valid", until: str = "strict") -> torch.Tensor:
+def violation(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    boundary: str = "valid",
+    until: str = "strict",
+) -> torch.Tensor:
     """LogiCP violation degree g (Eq. 9) computed on ``formula.nnf()``; ≥ 0, 0 iff ρ ≥ 0."""
     return evaluate(formula.nnf(), signals, params, _Viol(), boundary, until)
 
 
-def holds(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None = None,
-          *, boundary: str = "valid", until: str = "strict", closed: bool = False) -> torch.Tensor:
+def holds(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    boundary: str = "valid",
+    until: str = "strict",
+    closed: bool = False,
+) -> torch.Tensor:
     """Boolean satisfaction (FedSTL Def. 4) per batch element and start time (bool tensor)."""
     return evaluate(formula, signals, params, _Bool(closed), boundary, until) > 0.5
 
 
-def r_stl(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None = None,
-          *, boundary: str = "valid", until: str = "strict") -> torch.Tensor:
+def r_stl(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    boundary: str = "valid",
+    until: str = "strict",
+) -> torch.Tensor:
     """LogiCP R_STL (Eq. 10 = Eq. 21): mean of g over the returned start times, ``(*batch,)``."""
     return violation(formula, signals, params, boundary=boundary, until=until).mean(-1)
 
 
-def tightness(formula: Formula, signals: Signals, params: Mapping[str, ParamValue] | None = None,
-              *, alpha: float = 50.0, beta: float = 4.0, scale: Any = 1.0,
-              until: str = "strict") -> torch.Tensor:
+def tightness(
+    formula: Formula,
+    signals: Signals,
+    params: Mapping[str, ParamValue] | None = None,
+    *,
+    alpha: float = 50.0,
+    beta: float = 4.0,
+    scale: Any = 1.0,
+    until: str = "strict",
+) -> torch.Tensor:
     """TeLEx tightness score θ (smart score) per batch element and start time (valid windows).
 
     ``scale`` (float or tensor broadcastable to the batch shape) divides raw predicate margins

@@ -33,9 +33,7 @@ NEGATED_OP: dict[str, str] = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 #: The same predicate written with its sides swapped (``c op lhs`` ⇔ ``lhs FLIPPED_OP[op] c``).
 FLIPPED_OP: dict[str, str] = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 #: Words the parser reserves; they cannot name signals or parameters.
-KEYWORDS: frozenset[str] = frozenset(
-    {"always", "eventually", "until", "release", "not", "and", "or", "true", "false"}
-)
+KEYWORDS: frozenset[str] = frozenset({"always", "eventually", "until", "release", "not", "and", "or", "true", "false"})
 
 
 def _check_window(lo: Any, hi: Any, node: str) -> None:
@@ -211,8 +209,7 @@ class Predicate(Formula):
 
     def bind(self, params: Mapping[str, Any]) -> Predicate:
         if isinstance(self.threshold, str) and self.threshold in params:
-            return Predicate(self.signal, self.op, _as_float(params[self.threshold], self.threshold),
-                             self.minus)
+            return Predicate(self.signal, self.op, _as_float(params[self.threshold], self.threshold), self.minus)
         return self
 
     def negated(self) -> Predicate:

@@ -61,7 +61,8 @@ class Template:
     description: str = ""
     number: int | None = None
     closed_form: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = field(
-        default=None, compare=False, repr=False)
+        default=None, compare=False, repr=False
+    )
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -82,8 +83,7 @@ class Template:
         return f"{self.name}: {self.formula}"
 
     @classmethod
-    def from_formula(cls, formula: Formula | str, name: str = "custom",
-                     description: str = "") -> Template:
+    def from_formula(cls, formula: Formula | str, name: str = "custom", description: str = "") -> Template:
         """Any parametric formula as a template; top-level conjuncts that share no parameter
         are mined separately; conjuncts without parameters are ignored by the miner."""
         f = parse(formula) if isinstance(formula, str) else formula
@@ -105,8 +105,9 @@ class Template:
         return cls(name, f, conjuncts, description)
 
     # --- evaluation at start time 0, one parameter set per client ----------------------------
-    def _inputs(self, signals: TemplateSignals, params: Mapping[str, ParamValue]
-                ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    def _inputs(
+        self, signals: TemplateSignals, params: Mapping[str, ParamValue]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         sig = template_signals(self, signals, dtype=None)
         n_clients = next(iter(sig.values())).shape[0]
         par: dict[str, Any] = {}
@@ -121,14 +122,15 @@ class Template:
             if t.dim() == 0:
                 par[p] = float(t)
             elif t.shape != (n_clients,):
-                raise ValueError(f"template {self.name!r}: parameter {p!r} must be a float or "
-                                 f"shaped (clients,) = ({n_clients},), got {tuple(t.shape)}")
+                raise ValueError(
+                    f"template {self.name!r}: parameter {p!r} must be a float or "
+                    f"shaped (clients,) = ({n_clients},), got {tuple(t.shape)}"
+                )
             else:
                 par[p] = t[:, None]
         return sig, par
 
-    def at_start(self, kind: str, signals: Mapping[str, torch.Tensor],
-                 params: Mapping[str, Any]) -> torch.Tensor:
+    def at_start(self, kind: str, signals: Mapping[str, torch.Tensor], params: Mapping[str, Any]) -> torch.Tensor:
         """``kind`` ∈ {"robustness", "violation", "holds"} at start time 0, for signals
         ``{name: (*batch, T ≥ length)}`` and params broadcastable to the batch → ``(*batch)``.
 
@@ -136,8 +138,11 @@ class Template:
         ``□[lo,hi]``/``◇[lo,hi]`` is shifted to start at ``lo``) and combined (min / max / all),
         which equals evaluating the whole formula and avoids computing every predicate on every
         step."""
-        fns = {"robustness": (robustness, torch.minimum), "violation": (violation, torch.maximum),
-               "holds": (lambda f, s, p: holds(f, s, p, closed=False), torch.logical_and)}
+        fns = {
+            "robustness": (robustness, torch.minimum),
+            "violation": (violation, torch.maximum),
+            "holds": (lambda f, s, p: holds(f, s, p, closed=False), torch.logical_and),
+        }
         if kind not in fns:
             raise ValueError(f"kind must be one of {list(fns)}, got {kind!r}")
         fn, combine = fns[kind]
@@ -160,8 +165,7 @@ class Template:
         """LogiCP g (Eq. 9) at start time 0 → ``(clients, samples)``."""
         return self.at_start("violation", *self._inputs(signals, params))
 
-    def holds(self, signals: TemplateSignals, params: Mapping[str, ParamValue],
-              closed: bool = False) -> torch.Tensor:
+    def holds(self, signals: TemplateSignals, params: Mapping[str, ParamValue], closed: bool = False) -> torch.Tensor:
         """Boolean satisfaction at start time 0 → bool ``(clients, samples)``; ``closed`` reads
         strict comparisons as non-strict (the mining convention)."""
         sig, par = self._inputs(signals, params)
@@ -178,15 +182,18 @@ def drop_leading_offset(f: Formula) -> tuple[int, Formula]:
     return 0, f
 
 
-def template_signals(template: Template, signals: TemplateSignals,
-                     dtype: torch.dtype | None = torch.float64) -> dict[str, torch.Tensor]:
+def template_signals(
+    template: Template, signals: TemplateSignals, dtype: torch.dtype | None = torch.float64
+) -> dict[str, torch.Tensor]:
     """Validate ``(clients, samples, T)`` inputs (one tensor for a one-signal template, else a
     mapping), cut them to ``template.length`` steps and cast to ``dtype`` (None keeps it)."""
     names = template.signals
     if not isinstance(signals, Mapping):
         if len(names) != 1:
-            raise ValueError(f"template {template.name!r} uses signals {list(names)}: "
-                             "pass a dict name -> (clients, samples, T) tensor")
+            raise ValueError(
+                f"template {template.name!r} uses signals {list(names)}: "
+                "pass a dict name -> (clients, samples, T) tensor"
+            )
         signals = {names[0]: signals}
     out: dict[str, torch.Tensor] = {}
     shape = None
@@ -195,11 +202,13 @@ def template_signals(template: Template, signals: TemplateSignals,
             raise KeyError(f"template {template.name!r}: missing signal {n!r}; given {sorted(signals)}")
         t = torch.as_tensor(signals[n])
         if t.dim() != 3:
-            raise ValueError(f"template {template.name!r}: signal {n!r} must be shaped "
-                             f"(clients, samples, T), got {tuple(t.shape)}")
+            raise ValueError(
+                f"template {template.name!r}: signal {n!r} must be shaped (clients, samples, T), got {tuple(t.shape)}"
+            )
         if t.shape[-1] < template.length:
-            raise ValueError(f"template {template.name!r}: traces have {t.shape[-1]} steps, the "
-                             f"template needs {template.length}")
+            raise ValueError(
+                f"template {template.name!r}: traces have {t.shape[-1]} steps, the template needs {template.length}"
+            )
         if shape is not None and t.shape[:2] != shape:
             raise ValueError(f"template {template.name!r}: signals disagree on (clients, samples)")
         shape = t.shape[:2]
@@ -230,8 +239,7 @@ def _range_closed(windows: list[tuple[int, int]], signal: str) -> Callable:
     return fit
 
 
-def shortest_hitting_interval(values: torch.Tensor, max_elements: int = 1 << 24
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
+def shortest_hitting_interval(values: torch.Tensor, max_elements: int = 1 << 24) -> tuple[torch.Tensor, torch.Tensor]:
     """For ``values`` ``(clients, samples, w)``: the narrowest ``[lo, hi]`` containing at least one
     value of every sample, per client (ties → smallest ``lo``).  Returns ``(lo, hi)``, each
     ``(clients,)``.  Candidates for ``lo`` are the values themselves; for each candidate,
@@ -291,11 +299,18 @@ def _eventualities_closed(windows: list[tuple[int, int]], signal: str) -> Callab
 def operational_range(count: int = 12, width: int = 2, start: int = 0, signal: str = "x") -> Template:
     """Row 1: ⋀_k □[W_k](x ≤ a_k ∧ x ≥ b_k). Tight: a_k = max, b_k = min over samples and W_k."""
     ws = _windows(count, width, start)
-    cs = tuple(Always(lo, hi, And((Predicate(signal, "<=", f"a{k}"), Predicate(signal, ">=", f"b{k}"))))
-               for k, (lo, hi) in enumerate(ws))
-    return Template("operational_range", conj(*cs), cs,
-                    "signal is upper-bounded by a_k and lower-bounded by b_k in window k", 1,
-                    _range_closed(ws, signal))
+    cs = tuple(
+        Always(lo, hi, And((Predicate(signal, "<=", f"a{k}"), Predicate(signal, ">=", f"b{k}"))))
+        for k, (lo, hi) in enumerate(ws)
+    )
+    return Template(
+        "operational_range",
+        conj(*cs),
+        cs,
+        "signal is upper-bounded by a_k and lower-bounded by b_k in window k",
+        1,
+        _range_closed(ws, signal),
+    )
 
 
 def existence(count: int = 12, width: int = 2, start: int = 0, signal: str = "x") -> Template:
@@ -303,68 +318,85 @@ def existence(count: int = 12, width: int = 2, start: int = 0, signal: str = "x"
     not unique; the closed form returns the narrowest [b_k, a_k] met by every sample inside W_k
     (then neither bound can be tightened)."""
     ws = _windows(count, width, start)
-    cs = tuple(Eventually(lo, hi, And((Predicate(signal, "<=", f"a{k}"), Predicate(signal, ">=", f"b{k}"))))
-               for k, (lo, hi) in enumerate(ws))
-    return Template("existence", conj(*cs), cs,
-                    "signal eventually lies in [b_k, a_k] within window k", 2,
-                    _existence_closed(ws, signal))
+    cs = tuple(
+        Eventually(lo, hi, And((Predicate(signal, "<=", f"a{k}"), Predicate(signal, ">=", f"b{k}"))))
+        for k, (lo, hi) in enumerate(ws)
+    )
+    return Template(
+        "existence",
+        conj(*cs),
+        cs,
+        "signal eventually lies in [b_k, a_k] within window k",
+        2,
+        _existence_closed(ws, signal),
+    )
 
 
 def until_template(count: int = 6, first: int = 1, signal: str = "x") -> Template:
     """Row 3: ⋀_k (x < a_k) U[i_k, i_k+1] (x < b_k), i_k = first + k (paper: i = 1..t)."""
     if count < 1 or first < 0:
         raise ValueError("need count >= 1 and first >= 0")
-    cs = tuple(Until(first + k, first + k + 1, Predicate(signal, "<", f"a{k}"),
-                     Predicate(signal, "<", f"b{k}")) for k in range(count))
-    return Template("until", conj(*cs), cs,
-                    "x < a_k holds until x < b_k becomes true within [i_k, i_k+1]", 3)
+    cs = tuple(
+        Until(first + k, first + k + 1, Predicate(signal, "<", f"a{k}"), Predicate(signal, "<", f"b{k}"))
+        for k in range(count)
+    )
+    return Template("until", conj(*cs), cs, "x < a_k holds until x < b_k becomes true within [i_k, i_k+1]", 3)
 
 
-def intra_task(count: int = 20, width: int = 2, start: int = 0,
-               signals: tuple[str, str] = ("x1", "x2")) -> Template:
+def intra_task(count: int = 20, width: int = 2, start: int = 0, signals: tuple[str, str] = ("x1", "x2")) -> Template:
     """Row 4: ⋀_k □[W_k](x1 − x2 > a_k). Tight: a_k = min of x1 − x2 over samples and W_k."""
     ws = _windows(count, width, start)
     s1, s2 = signals
     cs = tuple(Always(lo, hi, Predicate(s1, ">", f"a{k}", minus=s2)) for k, (lo, hi) in enumerate(ws))
-    return Template("intra_task", conj(*cs), cs,
-                    "the difference x1 - x2 stays above a_k in window k", 4, _intra_closed(ws, s1, s2))
+    return Template(
+        "intra_task", conj(*cs), cs, "the difference x1 - x2 stays above a_k in window k", 4, _intra_closed(ws, s1, s2)
+    )
 
 
-def temporal_implication(count: int = 1, width: int = 10, start: int = 0,
-                         reaction: tuple[int, int] = (1, 3), signal: str = "x") -> Template:
+def temporal_implication(
+    count: int = 1, width: int = 10, start: int = 0, reaction: tuple[int, int] = (1, 3), signal: str = "x"
+) -> Template:
     """Row 5: ⋀_k □[W_k]((x ≥ a_k) → ◇[t3,t4](x ≥ b_k)), (t3, t4) = ``reaction``
     (paper's a1, a2 = a_k, b_k)."""
     ws = _windows(count, width, start)
     t3, t4 = reaction
-    cs = tuple(Always(lo, hi, Implies(Predicate(signal, ">=", f"a{k}"),
-                                      Eventually(t3, t4, Predicate(signal, ">=", f"b{k}"))))
-               for k, (lo, hi) in enumerate(ws))
-    return Template("temporal_implication", conj(*cs), cs,
-                    "x >= a_k implies x >= b_k within the reaction window", 5)
+    cs = tuple(
+        Always(lo, hi, Implies(Predicate(signal, ">=", f"a{k}"), Eventually(t3, t4, Predicate(signal, ">=", f"b{k}"))))
+        for k, (lo, hi) in enumerate(ws)
+    )
+    return Template("temporal_implication", conj(*cs), cs, "x >= a_k implies x >= b_k within the reaction window", 5)
 
 
-def nested_intra_task(count: int = 1, width: int = 10, start: int = 0,
-                      reaction: tuple[int, int] = (1, 3),
-                      signals: tuple[str, str] = ("x1", "x2")) -> Template:
+def nested_intra_task(
+    count: int = 1,
+    width: int = 10,
+    start: int = 0,
+    reaction: tuple[int, int] = (1, 3),
+    signals: tuple[str, str] = ("x1", "x2"),
+) -> Template:
     """Row 6: ⋀_k □[W_k]((x1 ≥ a_k) → ◇[t3,t4](x2 ≥ b_k))."""
     ws = _windows(count, width, start)
     t3, t4 = reaction
     s1, s2 = signals
-    cs = tuple(Always(lo, hi, Implies(Predicate(s1, ">=", f"a{k}"),
-                                      Eventually(t3, t4, Predicate(s2, ">=", f"b{k}"))))
-               for k, (lo, hi) in enumerate(ws))
-    return Template("nested_intra_task", conj(*cs), cs,
-                    "x1 >= a_k implies x2 >= b_k within the reaction window", 6)
+    cs = tuple(
+        Always(lo, hi, Implies(Predicate(s1, ">=", f"a{k}"), Eventually(t3, t4, Predicate(s2, ">=", f"b{k}"))))
+        for k, (lo, hi) in enumerate(ws)
+    )
+    return Template("nested_intra_task", conj(*cs), cs, "x1 >= a_k implies x2 >= b_k within the reaction window", 6)
 
 
-def multiple_eventualities(count: int = 3, width: int = 8, start: int = 0,
-                           signal: str = "x") -> Template:
+def multiple_eventualities(count: int = 3, width: int = 8, start: int = 0, signal: str = "x") -> Template:
     """Row 7: ⋀_k ◇[W_k](x ≥ a_k). Tight: a_k = min over samples of the max over W_k."""
     ws = _windows(count, width, start)
     cs = tuple(Eventually(lo, hi, Predicate(signal, ">=", f"a{k}")) for k, (lo, hi) in enumerate(ws))
-    return Template("multiple_eventualities", conj(*cs), cs,
-                    "x reaches a_k at some point of every window k", 7,
-                    _eventualities_closed(ws, signal))
+    return Template(
+        "multiple_eventualities",
+        conj(*cs),
+        cs,
+        "x reaches a_k at some point of every window k",
+        7,
+        _eventualities_closed(ws, signal),
+    )
 
 
 #: Table 1 rows by name (row 8, template-free mining, has no template).
@@ -407,8 +439,9 @@ def instantiate_clients(template: Template, params: Mapping[str, Any]) -> list[F
     return [instantiate(template, {p: v[i] for p, v in cols.items()}) for i in range(count)]
 
 
-def range_band(template: Template, params: Mapping[str, ParamValue], length: int | None = None,
-               signal: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def range_band(
+    template: Template, params: Mapping[str, ParamValue], length: int | None = None, signal: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-step bounds implied by a conjunction of ``□[lo,hi](bounds on one signal)``
     (row 1): returns ``(lower, upper)``, each ``(clients, length)``; steps outside every window
     are ±inf.  ``clamp(y, lower, upper)`` is then the closest satisfying trace (FedSTL's
@@ -430,8 +463,11 @@ def range_band(template: Template, params: Mapping[str, ParamValue], length: int
         for p in preds:
             if not isinstance(p, Predicate) or p.minus is not None:
                 raise ValueError(f"range_band: {p} is not a bound on one signal")
-            v = vals[p.threshold].to(dtype).expand(n_clients)[:, None] if isinstance(
-                p.threshold, str) else torch.full((n_clients, 1), p.threshold, dtype=dtype)
+            v = (
+                vals[p.threshold].to(dtype).expand(n_clients)[:, None]
+                if isinstance(p.threshold, str)
+                else torch.full((n_clients, 1), p.threshold, dtype=dtype)
+            )
             sl = slice(c.lo, min(c.hi + 1, length))
             if p.is_upper:
                 upper[:, sl] = torch.minimum(upper[:, sl], v)
@@ -441,9 +477,20 @@ def range_band(template: Template, params: Mapping[str, ParamValue], length: int
 
 
 __all__ = [
-    "TEMPLATES", "Template", "drop_leading_offset", "existence", "get_template", "instantiate",
+    "TEMPLATES",
+    "Template",
+    "drop_leading_offset",
+    "existence",
+    "get_template",
+    "instantiate",
     "instantiate_clients",
-    "intra_task", "multiple_eventualities", "nested_intra_task", "operational_range",
-    "range_band", "shortest_hitting_interval", "temporal_implication", "template_signals",
+    "intra_task",
+    "multiple_eventualities",
+    "nested_intra_task",
+    "operational_range",
+    "range_band",
+    "shortest_hitting_interval",
+    "temporal_implication",
+    "template_signals",
     "until_template",
 ]

@@ -15,7 +15,6 @@ from rules.measures import RuleCounts
 from rules.store.base import StoreBase
 from rules.store.records import FORMAT, VERSION, ClientRecord, TripleRecord, _from_json_floats, _json_floats
 
-
 S = TypeVar("S", bound="SerialiseMixin")
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib.resources
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from fednsl.config import CONFIG_DIR, resolve_config_path, shipped_configs
 

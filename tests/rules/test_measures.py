@@ -197,7 +197,6 @@ def test_document_duck_typing() -> None:
 def test_kg_documents_and_vocab() -> None:
     """kg.documents.Document works as a document and kg.documents.Vocab as the relation names."""
     from kg.documents import Document, Vocab
-
     from rules.fol import RelationVocab
     from rules.store import RuleStore
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
 from fednsl.federation.runner import Federation
-from fednsl.tasks.classifier import TorchClassifierClient
+from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.blobs import mlp
-from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.classifier import TorchClassifierClient
 from fednsl.tasks.numeric.client import NumericClient, Predictor, client_data_summary, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData, NumericDataConfig, make_numeric_federation
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
-from fednsl.registry import build_kwargs, register_method
 
 
 @dataclass
@@ -59,6 +59,10 @@ def build_fedavg_numeric(config: RunConfig) -> Federation:
     parts = make_numeric_federation(data_cfg, config.seed)
     init = get_weights(mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=config.seed))
     clients = {cid: NumericFedAvgClient(cid, d, cfg.hidden, data_cfg.classes) for cid, d in parts.items()}
-    strategy = NumericWeightsStrategy(init, {"lr": cfg.lr, "local_epochs": cfg.local_epochs,
-                                             "batch_size": cfg.batch_size}, data_cfg, server_lr=cfg.server_lr)
+    strategy = NumericWeightsStrategy(
+        init,
+        {"lr": cfg.lr, "local_epochs": cfg.local_epochs, "batch_size": cfg.batch_size},
+        data_cfg,
+        server_lr=cfg.server_lr,
+    )
     return Federation(strategy, clients, client_data_summary(parts))

@@ -19,8 +19,18 @@ from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_recall
 from fednsl.registry import build_kwargs, register_method
 from kg.split import partition_stats
 
-__all__ = ["FedNSLClient", "FedNSLData", "FedNSLConfig", "FedNSLDataConfig", "FedNSLStrategy", "GeneratorOptions",
-           "build_fednsl", "build_data", "rule_recall", "parse_config"]
+__all__ = [
+    "FedNSLClient",
+    "FedNSLData",
+    "FedNSLConfig",
+    "FedNSLDataConfig",
+    "FedNSLStrategy",
+    "GeneratorOptions",
+    "build_fednsl",
+    "build_data",
+    "rule_recall",
+    "parse_config",
+]
 
 
 def parse_config(config: RunConfig) -> tuple[FedNSLConfig, FedNSLDataConfig]:
@@ -29,7 +39,9 @@ def parse_config(config: RunConfig) -> tuple[FedNSLConfig, FedNSLDataConfig]:
     return cfg, data
 
 
-@register_method("fednsl", doc="FedNSL: federated rule learning with a global rule prior and local posteriors (Xing et al. 2024)")
+@register_method(
+    "fednsl", doc="FedNSL: federated rule learning with a global rule prior and local posteriors (Xing et al. 2024)"
+)
 def build_fednsl(config: RunConfig) -> Federation:
     cfg, data_cfg = parse_config(config)
     data = build_data(data_cfg, cfg, config.seed)
@@ -37,20 +49,46 @@ def build_fednsl(config: RunConfig) -> Federation:
     clients = {}
     for cdocs, part in zip(data.client_docs, data.partitions):
         clients[cdocs.cid] = FedNSLClient(
-            cdocs.cid, part, data.values, len(data.corpus.relations), opts, golden_rules=data.golden,
-            path_score=cfg.path_score, fast_after=cfg.fast_after, max_body_len=cfg.max_body_len,
-            mining_edges=cfg.mining_edges, mining_threshold=cfg.mining_threshold, min_instances=cfg.min_instances,
-            num_threads=cfg.num_threads)
-    meta = {"corpus": data.corpus.name, "backbone": cfg.backbone.get("name"),
-            "kl_weight": cfg.kl_weight, "golden_kind": data.golden_kind}
-    strategy = FedNSLStrategy(cfg, data.corpus.relations.names, data.corpus.entity_types.names, config.seed,
-                              golden_rules=data.golden, golden_kind=data.golden_kind, meta=meta)
+            cdocs.cid,
+            part,
+            data.values,
+            len(data.corpus.relations),
+            opts,
+            golden_rules=data.golden,
+            path_score=cfg.path_score,
+            fast_after=cfg.fast_after,
+            max_body_len=cfg.max_body_len,
+            mining_edges=cfg.mining_edges,
+            mining_threshold=cfg.mining_threshold,
+            min_instances=cfg.min_instances,
+            num_threads=cfg.num_threads,
+        )
+    meta = {
+        "corpus": data.corpus.name,
+        "backbone": cfg.backbone.get("name"),
+        "kl_weight": cfg.kl_weight,
+        "golden_kind": data.golden_kind,
+    }
+    strategy = FedNSLStrategy(
+        cfg,
+        data.corpus.relations.names,
+        data.corpus.entity_types.names,
+        config.seed,
+        golden_rules=data.golden,
+        golden_kind=data.golden_kind,
+        meta=meta,
+    )
     summary = {
-        "corpus": data.corpus.name, "documents": len(data.corpus),
-        "relations": len(data.corpus.relations), "entity_types": len(data.corpus.entity_types),
-        "clients": {c.cid: {"seen": p.seen.name, "unseen": p.unseen.name, **partition_stats(p)}
-                    for c, p in zip(data.client_docs, data.partitions)},
-        "golden_rules": len(data.golden), "golden_kind": data.golden_kind,
+        "corpus": data.corpus.name,
+        "documents": len(data.corpus),
+        "relations": len(data.corpus.relations),
+        "entity_types": len(data.corpus.entity_types),
+        "clients": {
+            c.cid: {"seen": p.seen.name, "unseen": p.unseen.name, **partition_stats(p)}
+            for c, p in zip(data.client_docs, data.partitions)
+        },
+        "golden_rules": len(data.golden),
+        "golden_kind": data.golden_kind,
         "backbone": {k: v for k, v in data.backbone_summary.items() if k != "train_pairs"},
         "timings": data.timings,
     }

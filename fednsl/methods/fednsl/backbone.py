@@ -77,13 +77,15 @@ class FederatedFeaturesOptions:
 class PairScorer(nn.Module):
     """Entity encoder + pair MLP → R relation logits (module docstring)."""
 
-    def __init__(self, ent_dim: int, pair_dim: int, num_relations: int, ent_hidden: int = 128, hidden: int = 256,
-                 seed: int = 0):
+    def __init__(
+        self, ent_dim: int, pair_dim: int, num_relations: int, ent_hidden: int = 128, hidden: int = 256, seed: int = 0
+    ):
         super().__init__()
         with seeded_global_rng(seed):
             self.ent = nn.Sequential(nn.Linear(ent_dim, ent_hidden), nn.ReLU())
-            self.pair = nn.Sequential(nn.Linear(3 * ent_hidden + pair_dim, hidden), nn.ReLU(),
-                                      nn.Linear(hidden, num_relations))
+            self.pair = nn.Sequential(
+                nn.Linear(3 * ent_hidden + pair_dim, hidden), nn.ReLU(), nn.Linear(hidden, num_relations)
+            )
 
     def forward(self, ent_h: torch.Tensor, ent_t: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
         a, b = self.ent(ent_h), self.ent(ent_t)
@@ -143,13 +145,20 @@ def _train_pairs(docs: Sequence[Document], client: ClientDocs, feats: dict[str, 
         d = next(iter(feats.values())) if feats else None
         ed = d.ent.shape[1] if d is not None else 0
         pd = d.pair.shape[2] if d is not None else 0
-        return TrainPairs(torch.zeros(0, ed), torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, pd), torch.zeros(0, R))
-    return TrainPairs(torch.from_numpy(np.concatenate(ents)), torch.from_numpy(np.concatenate(idx)).long(),
-                      torch.from_numpy(np.concatenate(pairs)), torch.from_numpy(np.concatenate(ys)))
+        return TrainPairs(
+            torch.zeros(0, ed), torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, pd), torch.zeros(0, R)
+        )
+    return TrainPairs(
+        torch.from_numpy(np.concatenate(ents)),
+        torch.from_numpy(np.concatenate(idx)).long(),
+        torch.from_numpy(np.concatenate(pairs)),
+        torch.from_numpy(np.concatenate(ys)),
+    )
 
 
 def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPairs], opts: FederatedFeaturesOptions):
     """Strategy and clients of the FedAvg phase."""
+
     class BackboneStrategy(FedAvgStrategy):
         """FedAvg with a train stage only (no evaluation stage: the backbone is evaluated inside FedNSL)."""
 
@@ -167,8 +176,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
         def train(self, msg: Message) -> Message:
             set_weights(self.model, msg.arrays)
             gen = torch.Generator().manual_seed(int(msg.config["seed"]))
-            opt = torch.optim.Adam(self.model.parameters(), lr=float(msg.config["lr"]),
-                                   weight_decay=opts.weight_decay)
+            opt = torch.optim.Adam(self.model.parameters(), lr=float(msg.config["lr"]), weight_decay=opts.weight_decay)
             d = self.data
             bs = int(msg.config["batch_size"])
             total, seen = 0.0, 0
@@ -176,7 +184,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
             for _ in range(int(msg.config["local_epochs"])):
                 order = torch.randperm(len(d), generator=gen)
                 for s in range(0, len(d), bs):
-                    b = order[s:s + bs]
+                    b = order[s : s + bs]
                     rows = d.index[b]
                     logits = self.model(d.ent[rows[:, 0]], d.ent[rows[:, 1]], d.pair[b])
                     loss = nn.functional.binary_cross_entropy_with_logits(logits, d.y[b])
@@ -185,9 +193,11 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
                     opt.step()
                     total += float(loss.detach()) * len(b)
                     seen += len(b)
-            return msg.reply(self.cid, arrays=get_weights(self.model),
-                             metrics={"num_examples": len(d),
-                                      "train_loss": total / max(seen, 1)})
+            return msg.reply(
+                self.cid,
+                arrays=get_weights(self.model),
+                metrics={"num_examples": len(d), "train_loss": total / max(seen, 1)},
+            )
 
     init = get_weights(model_factory())
     cfg = FedAvgConfig(lr=opts.lr, local_epochs=opts.local_epochs, batch_size=opts.batch_size)
@@ -196,8 +206,11 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
     return strategy, clients
 
 
-@register_backbone("federated-features", FederatedFeaturesOptions,
-                   doc="pair classifier over mention/type/position features, trained with FedAvg on the clients")
+@register_backbone(
+    "federated-features",
+    FederatedFeaturesOptions,
+    doc="pair classifier over mention/type/position features, trained with FedAvg on the clients",
+)
 class FederatedFeatures(Backbone):
     name = "federated-features"
 
@@ -214,25 +227,58 @@ class FederatedFeatures(Backbone):
         strings = sorted({m.text for d in docs for m in d.mentions} | {n for d in docs for n in d.entity_names})
         vecs = embed_strings(strings, text, self.options.hash_dim, use_cache=self.options.cache)
         table = dict(zip(strings, vecs))
-        dim = vecs.shape[1] if len(strings) else (0 if text == "none" else (384 if text == "minilm" else self.options.hash_dim))
+        dim = (
+            vecs.shape[1]
+            if len(strings)
+            else (0 if text == "none" else (384 if text == "minilm" else self.options.hash_dim))
+        )
         for d in docs:
             self.features[d.doc_id] = doc_features(d, num_types, table, dim)
 
     def _key(self, clients: Sequence[ClientDocs], R: int, T: int, text: str, seed: int) -> str:
         opts = {k: v for k, v in asdict(self.options).items() if k not in ("cache", "memory_limit_gb")}
-        blob = json.dumps({"clients": [[c.cid, c.combo.name, sorted(c.combo.head_types), sorted(c.combo.tail_types),
-                                        [d.doc_id for d in c.train]] for c in clients],
-                           "opts": opts, "text": text, "R": R, "T": T, "seed": seed, "v": 1}, sort_keys=True)
+        blob = json.dumps(
+            {
+                "clients": [
+                    [
+                        c.cid,
+                        c.combo.name,
+                        sorted(c.combo.head_types),
+                        sorted(c.combo.tail_types),
+                        [d.doc_id for d in c.train],
+                    ]
+                    for c in clients
+                ],
+                "opts": opts,
+                "text": text,
+                "R": R,
+                "T": T,
+                "seed": seed,
+                "v": 1,
+            },
+            sort_keys=True,
+        )
         return hashlib.sha1(blob.encode()).hexdigest()[:20]
 
-    def prepare(self, clients: Sequence[ClientDocs], relations: Vocab, entity_types: Vocab, seed: int,
-                documents: Sequence[Document] = ()) -> dict[str, Any]:
+    def prepare(
+        self,
+        clients: Sequence[ClientDocs],
+        relations: Vocab,
+        entity_types: Vocab,
+        seed: int,
+        documents: Sequence[Document] = (),
+    ) -> dict[str, Any]:
         opts = self.options
         if opts.seed is not None:
             seed = int(opts.seed)
         R, T = len(relations), len(entity_types)
-        check_documents([d for c in clients for d in c.documents], R, PAIR_FEATURES, opts.memory_limit_gb,
-                        "backbone.memory_limit_gb")
+        check_documents(
+            [d for c in clients for d in c.documents],
+            R,
+            PAIR_FEATURES,
+            opts.memory_limit_gb,
+            "backbone.memory_limit_gb",
+        )
         text = resolve_text(opts.text)
         t0 = time.perf_counter()
         for c in clients:
@@ -263,19 +309,26 @@ class FederatedFeatures(Backbone):
                 (where / "summary.json").write_text(json.dumps(info, indent=1))
         model.eval()
         self.model = model
-        self.summary = {"backbone": self.name, "text": text, "cache_key": key, "cached": bool(cached),
-                        "feature_time_s": t_feat, "train_time_s": time.perf_counter() - t1,
-                        "cache_dir": None if where is None else str(where), **info}
+        self.summary = {
+            "backbone": self.name,
+            "text": text,
+            "cache_key": key,
+            "cached": bool(cached),
+            "feature_time_s": t_feat,
+            "train_time_s": time.perf_counter() - t1,
+            "cache_dir": None if where is None else str(where),
+            **info,
+        }
         return self.summary
 
-    def _federate(self, factory: Callable[[], PairScorer], data: dict[str, TrainPairs], where: Path | None,
-                  seed: int) -> dict[str, Any]:
+    def _federate(
+        self, factory: Callable[[], PairScorer], data: dict[str, TrainPairs], where: Path | None, seed: int
+    ) -> dict[str, Any]:
         opts = self.options
         strategy, clients = _make_phase(factory, data, opts)
         if not clients:
             raise ValueError("federated-features backbone: no client has training pairs (empty training documents?)")
-        cfg = RunConfig(method="fedavg", rounds=opts.rounds, seed=seed, name="backbone",
-                        federation={"min_clients": 1})
+        cfg = RunConfig(method="fedavg", rounds=opts.rounds, seed=seed, name="backbone", federation={"min_clients": 1})
         tmp = None
         run_dir = where / "run" if where is not None else Path(tmp := tempfile.mkdtemp(prefix="fednsl-backbone-"))
         if run_dir.exists():
@@ -283,12 +336,20 @@ class FederatedFeatures(Backbone):
                 p.unlink() if p.is_file() else p.rmdir()
         run_dir.mkdir(parents=True, exist_ok=True)
         log.info("backbone: FedAvg pre-training, %d rounds over %d clients", opts.rounds, len(clients))
-        result = InProcessRunner(Federation(strategy, dict(clients)), cfg, run_dir, progress=False,
-                                 message_hook=self.message_hook).run()
-        losses = [r["train_loss"] for r in result.rows if r["scope"] == "server" and r["stage"] == "train"
-                  and "train_loss" in r]
-        info = {"rounds": opts.rounds, "train_loss": losses, "train_pairs": {c: len(p) for c, p in data.items()},
-                "weights": strategy.weights}
+        result = InProcessRunner(
+            Federation(strategy, dict(clients)), cfg, run_dir, progress=False, message_hook=self.message_hook
+        ).run()
+        losses = [
+            r["train_loss"]
+            for r in result.rows
+            if r["scope"] == "server" and r["stage"] == "train" and "train_loss" in r
+        ]
+        info = {
+            "rounds": opts.rounds,
+            "train_loss": losses,
+            "train_pairs": {c: len(p) for c, p in data.items()},
+            "weights": strategy.weights,
+        }
         if tmp is not None:
             import shutil
 
@@ -305,8 +366,9 @@ class FederatedFeatures(Backbone):
         if n == 0:
             return np.zeros((0, 0, R), dtype=np.float32)
         if doc.doc_id not in self.features:
-            raise ValueError(f"federated-features backbone: document {doc.doc_id} is not among the prepared clients' "
-                             "documents")
+            raise ValueError(
+                f"federated-features backbone: document {doc.doc_id} is not among the prepared clients' documents"
+            )
         x = torch.sigmoid(self.model.document_logits(self.features[doc.doc_id])).numpy().astype(np.float32)
         x[np.arange(n), np.arange(n)] = 0.0
         return x

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fednsl.federation.records import Message
 from fednsl.common.torch_utils import torch_threads
+from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
@@ -76,11 +76,23 @@ class _MiningDoc:
 class FedNSLClient(Client):
     """One FedNSL client over a :class:`kg.split.ClientPartition` and its backbone values."""
 
-    def __init__(self, cid: str, partition: ClientPartition, values: Mapping[str, np.ndarray], num_relations: int,
-                 options: ScorerOptions, *, golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
-                 path_score: str = "graph", fast_after: int = 3, max_body_len: int = 3,
-                 mining_edges: str = "backbone", mining_threshold: float = 0.5, min_instances: int = 1,
-                 num_threads: int = 1):
+    def __init__(
+        self,
+        cid: str,
+        partition: ClientPartition,
+        values: Mapping[str, np.ndarray],
+        num_relations: int,
+        options: ScorerOptions,
+        *,
+        golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
+        path_score: str = "graph",
+        fast_after: int = 3,
+        max_body_len: int = 3,
+        mining_edges: str = "backbone",
+        mining_threshold: float = 0.5,
+        min_instances: int = 1,
+        num_threads: int = 1,
+    ):
         self.cid = cid
         self.partition = partition
         self.R = num_relations
@@ -92,11 +104,18 @@ class FedNSLClient(Client):
         self.min_instances = min_instances
         self.num_threads = num_threads
         self.values = {d.doc_id: values[d.doc_id] for d in partition.documents}
-        train_facts = {(d.entity_names[h], int(r), d.entity_names[t])
-                       for d in partition.seen_train for h, r, t in d.facts.tolist()
-                       if query_mask(d, partition.seen)[h, t]}
-        docs = {"train": (partition.train, partition.seen), "holdout": (partition.holdout, partition.seen),
-                "seen_test": (partition.test, partition.seen), "unseen_test": (partition.test, partition.unseen)}
+        train_facts = {
+            (d.entity_names[h], int(r), d.entity_names[t])
+            for d in partition.seen_train
+            for h, r, t in d.facts.tolist()
+            if query_mask(d, partition.seen)[h, t]
+        }
+        docs = {
+            "train": (partition.train, partition.seen),
+            "holdout": (partition.holdout, partition.seen),
+            "seen_test": (partition.test, partition.seen),
+            "unseen_test": (partition.test, partition.unseen),
+        }
         self.tables: dict[str, CellTable] = {}
         self.caches: dict[str, PhiCache] = {}
         for name, (dl, combo) in docs.items():
@@ -128,8 +147,13 @@ class FedNSLClient(Client):
                 pred = np.stack([h[off], r[off], t[off]], 1).astype(np.int64)
                 extra += len(pred)
                 keep = np.concatenate([keep, pred]) if len(pred) else keep
-            out.append(_MiningDoc(d.doc_id, np.unique(keep.reshape(-1, 3), axis=0) if keep.size else keep.reshape(0, 3),
-                                  d.entity_types))
+            out.append(
+                _MiningDoc(
+                    d.doc_id,
+                    np.unique(keep.reshape(-1, 3), axis=0) if keep.size else keep.reshape(0, 3),
+                    d.entity_types,
+                )
+            )
         return out, extra
 
     def handle(self, message: Message) -> Message:
@@ -157,16 +181,24 @@ class FedNSLClient(Client):
             tri[k] = t
             items = sorted(dists[t].items(), key=lambda kv: (-kv[1], kv[0]))
             for j, (body, p) in enumerate(items):
-                bodies[k, j, :len(body)] = body
+                bodies[k, j, : len(body)] = body
                 probs[k, j] = p
                 mask[k, j] = True
             probs[k] /= probs[k].sum()
             inst[k] = mined.instances.get(t, 0)
-        return msg.reply(self.cid, arrays={"triples": tri, "bodies": bodies, "probs": probs, "mask": mask,
-                                           "instances": inst},
-                         metrics={"num_examples": int(inst.sum()), "triples": K, "bodies": int(mask.sum()),
-                                  "documents": len(docs), "extra_edges": extra,
-                                  "skipped_untyped": mined.skipped_untyped, "time_s": time.perf_counter() - t0})
+        return msg.reply(
+            self.cid,
+            arrays={"triples": tri, "bodies": bodies, "probs": probs, "mask": mask, "instances": inst},
+            metrics={
+                "num_examples": int(inst.sum()),
+                "triples": K,
+                "bodies": int(mask.sum()),
+                "documents": len(docs),
+                "extra_edges": extra,
+                "skipped_untyped": mined.skipped_untyped,
+                "time_s": time.perf_counter() - t0,
+            },
+        )
 
     # -- grounding: instances of a part ---------------------------------------------------------------------
     def _build(self, part: str, rules: RuleSet, rnd: int) -> _Built:
@@ -217,8 +249,9 @@ class FedNSLClient(Client):
             in_train = np.zeros(0, dtype=bool)
         return _Built(inst, blocks, in_train, total_gold, unknown)
 
-    def _fit_round(self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int
-                   ) -> tuple[FittedScorer, TransferScorer, _Built, dict[str, float]]:
+    def _fit_round(
+        self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int
+    ) -> tuple[FittedScorer, TransferScorer, _Built, dict[str, float]]:
         t0 = time.perf_counter()
         built = self._build("train", rules, rnd)
         t1 = time.perf_counter()
@@ -252,23 +285,41 @@ class FedNSLClient(Client):
         timing["time_posterior_s"] = time.perf_counter() - t0
         h = fitted.history
         cache = self.caches["train"]
-        metrics = {"num_examples": len(built.inst), "positives": int(built.inst.y.sum()),
-                   "train_loss": h["loss"][-1] if h["loss"] else 0.0, "bce": h["bce"][-1] if h["bce"] else 0.0,
-                   "kl": h["kl"][-1] if h["kl"] else 0.0, "triples_fitted": int(fitted.fitted.sum()),
-                   "triples_local": int(mask.any(-1).sum()), "facts_unknown_triple": built.unknown,
-                   "empty_documents": sum(d.num_entities == 0 for d in self.partition.documents),
-                   "grounded_cells": cache.computed, "cached_bodies": cache.cached_bodies(), **timing}
-        return msg.reply(self.cid, arrays={"posterior": q.numpy(), "mask": mask.numpy(),
-                                           "instances": instances.numpy().astype(np.int64)},
-                         metrics=metrics)
+        metrics = {
+            "num_examples": len(built.inst),
+            "positives": int(built.inst.y.sum()),
+            "train_loss": h["loss"][-1] if h["loss"] else 0.0,
+            "bce": h["bce"][-1] if h["bce"] else 0.0,
+            "kl": h["kl"][-1] if h["kl"] else 0.0,
+            "triples_fitted": int(fitted.fitted.sum()),
+            "triples_local": int(mask.any(-1).sum()),
+            "facts_unknown_triple": built.unknown,
+            "empty_documents": sum(d.num_entities == 0 for d in self.partition.documents),
+            "grounded_cells": cache.computed,
+            "cached_bodies": cache.cached_bodies(),
+            **timing,
+        }
+        return msg.reply(
+            self.cid,
+            arrays={"posterior": q.numpy(), "mask": mask.numpy(), "instances": instances.numpy().astype(np.int64)},
+            metrics=metrics,
+        )
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def _predict(self, part: str, rules: RuleSet, rnd: int, fitted: FittedScorer, transfer: TransferScorer,
-                 opts: ScorerOptions, personalised: bool) -> tuple[_Built, np.ndarray, np.ndarray]:
+    def _predict(
+        self,
+        part: str,
+        rules: RuleSet,
+        rnd: int,
+        fitted: FittedScorer,
+        transfer: TransferScorer,
+        opts: ScorerOptions,
+        personalised: bool,
+    ) -> tuple[_Built, np.ndarray, np.ndarray]:
         """(built, rule-model logits (M,), uses-personal-scorer (M,) bool)."""
         built = self._build(part, rules, rnd)
         logits = predict_logits(built.inst, rules, fitted, transfer, opts, personalised).numpy()
-        personal = (fitted.fitted[built.inst.tri].numpy() if personalised else np.zeros(len(built.inst), bool))
+        personal = fitted.fitted[built.inst.tri].numpy() if personalised else np.zeros(len(built.inst), bool)
         return built, logits, personal
 
     def _doc_predictions(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> list[np.ndarray]:
@@ -278,7 +329,7 @@ class FedNSLClient(Client):
         for blk in built.blocks:
             g = table.groups[blk.ab]
             r = int(rules.triples[blk.t, 0])
-            sel = pred[blk.start:blk.end]
+            sel = pred[blk.start : blk.end]
             if not sel.any():
                 continue
             for d, h, t in zip(g.doc[sel], g.head[sel], g.tail[sel]):
@@ -315,16 +366,20 @@ class FedNSLClient(Client):
                 counts: PRF = prf_counts(p, y, built.in_train, built.total_gold)
                 metrics.update(counts.metrics(f"{prefix}{key}_"))
                 if self.golden:
-                    body, correct = logic_counts(self._doc_predictions(part, built, p, rules), self.golden,
-                                                 self._masks[part])
+                    body, correct = logic_counts(
+                        self._doc_predictions(part, built, p, rules), self.golden, self._masks[part]
+                    )
                     arrays[f"logic_body_{prefix}{key}"] = body
                     arrays[f"logic_correct_{prefix}{key}"] = correct
                     value = logic_from_counts(body, correct)
                     if not math.isnan(value):
                         metrics[f"{prefix}{key}_logic"] = value
             metrics[f"facts_unknown_triple_{key}"] = built.unknown
-        for name, th in (("threshold_personal", th_personal), ("threshold_transfer", th_transfer),
-                         ("threshold_backbone", th_backbone)):
+        for name, th in (
+            ("threshold_personal", th_personal),
+            ("threshold_transfer", th_transfer),
+            ("threshold_backbone", th_backbone),
+        ):
             if math.isfinite(th):
                 metrics[name] = th
         metrics["num_examples"] = int(sum(t.num_cells for k, t in self.tables.items() if k != "train"))
@@ -335,8 +390,9 @@ class FedNSLClient(Client):
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Bodies grounded by the graph search before Fast-FedNSL's switch (they keep graph values after it)."""
-        return {"graph_bodies": {k: sorted(c.graph_bodies()) for k, c in self.caches.items()
-                                 if c.mode == "cached_path"}}
+        return {
+            "graph_bodies": {k: sorted(c.graph_bodies()) for k, c in self.caches.items() if c.mode == "cached_path"}
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for k, items in dict(state.get("graph_bodies", {})).items():
@@ -346,4 +402,3 @@ class FedNSLClient(Client):
 
 def _same_rules(a: RuleSet, b: RuleSet) -> bool:
     return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("triples", "bodies", "counts", "mask"))
-

@@ -42,44 +42,44 @@ class GeneratorOptions:
     dim_feedforward: int = 2048
     dropout: float = 0.1
     positional: bool = True
-    pretrain_epochs: int = 5          # on the round-0 co-occurrence pool
-    epochs: int = 2                   # per round, after the pool update
-    samples_per_epoch: int = 20_000   # chains drawn per epoch (LogiRE: 100k)
+    pretrain_epochs: int = 5  # on the round-0 co-occurrence pool
+    epochs: int = 2  # per round, after the pool update
+    samples_per_epoch: int = 20_000  # chains drawn per epoch (LogiRE: 100k)
     batch_size: int = 128
     lr: float = 1e-3
     lr_gamma: float = 0.9
     uniform_mix: float = 0.1
-    type_constraints: bool = True     # sample only type-consistent bodies (constraints from the known triples)
+    type_constraints: bool = True  # sample only type-consistent bodies (constraints from the known triples)
 
 
 @dataclass
 class FedNSLConfig:
     """``method_kwargs`` of ``method: fednsl``."""
 
-    num_samples: int = 50             # N ancestral samples per triple (Eq. 5)
+    num_samples: int = 50  # N ancestral samples per triple (Eq. 5)
     max_body_len: int = 3
-    kl_weight: float = 0.1            # λ (Eq. 2)
-    kl_direction: str = "reverse"     # KL(q‖p) (reverse) or KL(p‖q) (forward); spec §8.3
-    prior_source: str = "counts"      # p_θ over the J bodies: n_j/N or renormalised T_θ
-    count_correction: bool = False    # LogiRE's /n_j in H and ·n_j in q (spec §8.1); off: q ∝ T_θ·exp(½yw φ)
+    kl_weight: float = 0.1  # λ (Eq. 2)
+    kl_direction: str = "reverse"  # KL(q‖p) (reverse) or KL(p‖q) (forward); spec §8.3
+    prior_source: str = "counts"  # p_θ over the J bodies: n_j/N or renormalised T_θ
+    count_correction: bool = False  # LogiRE's /n_j in H and ·n_j in q (spec §8.1); off: q ∝ T_θ·exp(½yw φ)
     posterior_instances: str = "positive"  # instances averaged into q_t: positives, or all cells (LogiRE)
-    pass_through: bool = True         # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
+    pass_through: bool = True  # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
     scorer_steps: int = 150
     scorer_lr: float = 0.1
     scorer_weight_decay: float = 0.0
     scorer_bias_init: str = "base_rate"  # b_t at the local positive-rate logit, or "uniform" U(-1,1) (LogiRE)
-    transfer_top: int = 5             # transfer scorer: best of the k most probable bodies
-    pool_mode: str = "momentum"       # server pool update (spec §8.9): LogiRE momentum or A.10 mixture
+    transfer_top: int = 5  # transfer scorer: best of the k most probable bodies
+    pool_mode: str = "momentum"  # server pool update (spec §8.9): LogiRE momentum or A.10 mixture
     pool_ratio: float = 0.1
-    pool_samples: int = 1000          # posterior samples per triple in mixture mode
-    path_score: str = "graph"         # Fast-FedNSL (App. A.8): graph | cached_path | max_edge
-    fast_after: int = 3               # I: rounds < I always use the graph search
-    mining_edges: str = "backbone"    # round-0 co-occurrence edges: seen-combo gold (+ backbone edges elsewhere)
-    mining_threshold: float = 0.5     # backbone value above which a non-combo pair counts as an edge
-    top_k: int = 5                    # planted / golden rule recall in the top-k bodies per triple
-    min_instances: int = 1            # a triple is fitted locally when it has at least this many instances
-    num_threads: int = 1              # torch threads for FedNSL's own work (0 = torch default); small models
-                                      # run much faster single-threaded, above all on busy machines
+    pool_samples: int = 1000  # posterior samples per triple in mixture mode
+    path_score: str = "graph"  # Fast-FedNSL (App. A.8): graph | cached_path | max_edge
+    fast_after: int = 3  # I: rounds < I always use the graph search
+    mining_edges: str = "backbone"  # round-0 co-occurrence edges: seen-combo gold (+ backbone edges elsewhere)
+    mining_threshold: float = 0.5  # backbone value above which a non-combo pair counts as an edge
+    top_k: int = 5  # planted / golden rule recall in the top-k bodies per triple
+    min_instances: int = 1  # a triple is fitted locally when it has at least this many instances
+    num_threads: int = 1  # torch threads for FedNSL's own work (0 = torch default); small models
+    # run much faster single-threaded, above all on busy machines
     generator: dict[str, Any] = field(default_factory=dict)
     backbone: dict[str, Any] = field(default_factory=lambda: {"name": "federated-features"})
 
@@ -97,8 +97,9 @@ class FedNSLConfig:
         if self.scorer_steps < 0 or self.scorer_lr <= 0:
             raise ValueError("method_kwargs.scorer_steps must be >= 0 and scorer_lr > 0")
         if not isinstance(self.backbone, dict) or "name" not in self.backbone:
-            raise ValueError("method_kwargs.backbone must be a mapping with a 'name' (federated-features, "
-                             "logire-dump, oracle)")
+            raise ValueError(
+                "method_kwargs.backbone must be a mapping with a 'name' (federated-features, logire-dump, oracle)"
+            )
         self.gen = build_kwargs(GeneratorOptions, self.generator, "method_kwargs.generator")
 
     def scorer_options(self) -> ScorerOptions:
@@ -120,16 +121,16 @@ class FedNSLConfig:
 class FedNSLDataConfig:
     """``data`` of ``method: fednsl``: where documents come from and how they are split over clients."""
 
-    path: str = "synthetic"           # dataset dir/file (dwie, docred, synthetic) or "synthetic[:k=v,...]"
+    path: str = "synthetic"  # dataset dir/file (dwie, docred, synthetic) or "synthetic[:k=v,...]"
     format: str = "auto"
     synthetic: dict[str, Any] = field(default_factory=dict)  # PlantedRuleConfig fields (path == "synthetic")
     synthetic_seed: int = 0
     num_clients: int = 4
-    groups: Any = None                # [[types of A], [types of B]], "a,b|c,d", or None (corpus default)
+    groups: Any = None  # [[types of A], [types of B]], "a,b|c,d", or None (corpus default)
     split_seed: int = 0
     test_ratio: float = 0.25
-    holdout: float = 0.1              # share of each client's train documents held out for thresholds
-    max_docs: int | None = None       # keep a seeded subset of this many documents (smoke runs)
+    holdout: float = 0.1  # share of each client's train documents held out for thresholds
+    max_docs: int | None = None  # keep a seeded subset of this many documents (smoke runs)
     golden_rules: str | None = "auto"  # rule file for logic accuracy; auto: planted rules / golden_rules.txt
     skip_bad: bool = False
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from kg.seeding import derive_rng
-from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
 from fednsl.common.torch_utils import torch_threads
 from fednsl.methods.fednsl import backbone as _backbone  # noqa: F401  (registers 'federated-features')
+from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, resolve_data_path
 from kg.backbones import ClientDocs, build_backbone
 from kg.documents import Corpus, DataError
+from kg.seeding import derive_rng
 from kg.split import ClientPartition, NerGroupSplit, eligible_documents, split_clients
 from rules.fol import RelationVocab, read_rules
 
@@ -61,8 +61,10 @@ def load_fednsl_corpus(data: FedNSLDataConfig, seed: int) -> Corpus:
         raise ValueError("data.synthetic options apply only with data.path: synthetic")
     path = resolve_data_path(data.path)
     if not isinstance(path, str) and not path.exists():
-        raise FileNotFoundError(f"data.path {data.path!r} resolves to {path}, which does not exist (data paths are "
-                                "relative to the repository root; set FEDNSL_SHARED_DATA to relocate ../shared/data)")
+        raise FileNotFoundError(
+            f"data.path {data.path!r} resolves to {path}, which does not exist (data paths are "
+            "relative to the repository root; set FEDNSL_SHARED_DATA to relocate ../shared/data)"
+        )
     return load_corpus(path, data.format, skip_bad=data.skip_bad)
 
 
@@ -75,8 +77,9 @@ def _subset(corpus: Corpus, max_docs: int | None, seed: int) -> Corpus:
         return corpus
     pick = np.sort(derive_rng(seed, 7).choice(len(docs), size=max_docs, replace=False))
     keep = [docs[int(i)] for i in pick]
-    return Corpus(keep, corpus.relations, corpus.entity_types, corpus.name, corpus.report,
-                  {**corpus.meta, "max_docs": max_docs})
+    return Corpus(
+        keep, corpus.relations, corpus.entity_types, corpus.name, corpus.report, {**corpus.meta, "max_docs": max_docs}
+    )
 
 
 def golden_rules(corpus: Corpus, data: FedNSLDataConfig) -> tuple[list[tuple[int, tuple[int, ...]]], str]:
@@ -112,14 +115,17 @@ def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNS
     groups: Any = data.groups
     if isinstance(groups, str):
         groups = NerGroupSplit.parse(groups)
-    parts = split_clients(corpus, data.num_clients, groups, seed=data.split_seed, test_ratio=data.test_ratio,
-                          holdout=data.holdout)
+    parts = split_clients(
+        corpus, data.num_clients, groups, seed=data.split_seed, test_ratio=data.test_ratio, holdout=data.holdout
+    )
     ids = [client_id(k, len(parts)) for k in range(len(parts))]
     cdocs = [ClientDocs(cid, p.seen, list(p.train), list(p.holdout), list(p.test)) for cid, p in zip(ids, parts)]
     for cid, p in zip(ids, parts):
         if not p.train:
-            raise DataError(f"client {cid} has no training documents ({len(p.documents)} documents in all); "
-                            "use fewer clients or more data")
+            raise DataError(
+                f"client {cid} has no training documents ({len(p.documents)} documents in all); "
+                "use fewer clients or more data"
+            )
     t1 = time.perf_counter()
     name, opts = method.backbone_spec()
     backbone = build_backbone(name, opts, "method_kwargs.backbone")
@@ -134,8 +140,16 @@ def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNS
                 values[d.doc_id] = backbone.values(c, d)
     t3 = time.perf_counter()
     gold, kind = golden_rules(corpus, data)
-    return FedNSLData(corpus, parts, cdocs, values, gold, kind, summary,
-                      {"data_s": t1 - t0, "backbone_prepare_s": t2 - t1, "backbone_values_s": t3 - t2})
+    return FedNSLData(
+        corpus,
+        parts,
+        cdocs,
+        values,
+        gold,
+        kind,
+        summary,
+        {"data_s": t1 - t0, "backbone_prepare_s": t2 - t1, "backbone_values_s": t3 - t2},
+    )
 
 
 @dataclass
@@ -169,8 +183,10 @@ def document_values(run_dir: str | Path, doc_id: str) -> DocumentValues:
     for c in data.client_docs:
         for d in c.documents:
             if d.doc_id == doc_id:
-                return DocumentValues(doc_id, c.cid, data.values[doc_id], list(d.entity_names),
-                                      np.asarray(d.entity_types))
+                return DocumentValues(
+                    doc_id, c.cid, data.values[doc_id], list(d.entity_names), np.asarray(d.entity_types)
+                )
     known = [d.doc_id for c in data.client_docs for d in c.documents]
-    raise KeyError(f"document {doc_id!r} is not among the run's {len(known)} client documents "
-                   f"(e.g. {', '.join(known[:5])})")
+    raise KeyError(
+        f"document {doc_id!r} is not among the run's {len(known)} client documents (e.g. {', '.join(known[:5])})"
+    )

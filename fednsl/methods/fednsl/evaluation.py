@@ -53,8 +53,12 @@ class PRF:
     tp_in_train: int = 0
 
     def __add__(self, other: PRF) -> PRF:
-        return PRF(self.tp + other.tp, self.n_pred + other.n_pred, self.n_gold + other.n_gold,
-                   self.tp_in_train + other.tp_in_train)
+        return PRF(
+            self.tp + other.tp,
+            self.n_pred + other.n_pred,
+            self.n_gold + other.n_gold,
+            self.tp_in_train + other.tp_in_train,
+        )
 
     @property
     def precision(self) -> float:
@@ -76,9 +80,16 @@ class PRF:
         return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
     def metrics(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}f1": self.f1, f"{prefix}precision": self.precision, f"{prefix}recall": self.recall,
-                f"{prefix}ign_f1": self.ign_f1, f"{prefix}tp": self.tp, f"{prefix}n_pred": self.n_pred,
-                f"{prefix}n_gold": self.n_gold, f"{prefix}tp_in_train": self.tp_in_train}
+        return {
+            f"{prefix}f1": self.f1,
+            f"{prefix}precision": self.precision,
+            f"{prefix}recall": self.recall,
+            f"{prefix}ign_f1": self.ign_f1,
+            f"{prefix}tp": self.tp,
+            f"{prefix}n_pred": self.n_pred,
+            f"{prefix}n_gold": self.n_gold,
+            f"{prefix}tp_in_train": self.tp_in_train,
+        }
 
 
 def f1_from_counts(tp: float, n_pred: float, n_gold: float) -> float:
@@ -95,8 +106,11 @@ def prf_counts(pred: np.ndarray, gold: np.ndarray, in_train: np.ndarray, total_g
     return PRF(int(tp_mask.sum()), int(pred.sum()), int(total_gold), int((tp_mask & np.asarray(in_train, bool)).sum()))
 
 
-def logic_counts(predictions: Sequence[np.ndarray], rules: Sequence[tuple[int, Sequence[int]]],
-                 masks: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def logic_counts(
+    predictions: Sequence[np.ndarray],
+    rules: Sequence[tuple[int, Sequence[int]]],
+    masks: Sequence[np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(body counts (K,), body∧head counts (K,)) of the golden rules over per-document (N, N, R) predictions.
 
     Body truth is the boolean composition of the predicted relation matrices (inverse token = transpose), as in

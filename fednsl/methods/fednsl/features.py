@@ -35,8 +35,16 @@ from kg.documents import Document
 from kg.grounding import path_scores, with_inverse_and_stay
 from kg.split import Combo, query_mask
 
-__all__ = ["Part", "TypeCells", "CellTable", "PhiCache", "phi_at_cells", "document_phi", "max_edge_at_cells",
-           "PathScore"]
+__all__ = [
+    "Part",
+    "TypeCells",
+    "CellTable",
+    "PhiCache",
+    "phi_at_cells",
+    "document_phi",
+    "max_edge_at_cells",
+    "PathScore",
+]
 
 PathScore = Literal["graph", "cached_path", "max_edge"]
 
@@ -81,8 +89,7 @@ class CellTable:
     Ign-F1 ``in_train`` flags (None: all False). Documents without entities or query pairs are counted.
     """
 
-    def __init__(self, part: Part, num_relations: int,
-                 train_facts: set[tuple[str, int, str]] | None = None):
+    def __init__(self, part: Part, num_relations: int, train_facts: set[tuple[str, int, str]] | None = None):
         self.part = part
         self.num_relations = R = num_relations
         self.empty_docs = 0
@@ -127,8 +134,15 @@ class CellTable:
                 ins.append(it)
                 slices[d] = slice(start, start + len(h))
                 start += len(h)
-            self.groups[ab] = TypeCells(np.concatenate(docs_idx), np.concatenate(heads), np.concatenate(tails),
-                                        np.concatenate(golds), np.concatenate(xs), np.concatenate(ins), slices)
+            self.groups[ab] = TypeCells(
+                np.concatenate(docs_idx),
+                np.concatenate(heads),
+                np.concatenate(tails),
+                np.concatenate(golds),
+                np.concatenate(xs),
+                np.concatenate(ins),
+                slices,
+            )
 
     @property
     def num_cells(self) -> int:
@@ -147,8 +161,9 @@ def _canonical(bodies: torch.Tensor, stay: int) -> list[tuple[int, ...]]:
     return [tuple(t for t in row if t != stay) for row in bodies.tolist()]
 
 
-def phi_at_cells(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor,
-                 tails: torch.Tensor, stay: int) -> torch.Tensor:
+def phi_at_cells(
+    values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor, tails: torch.Tensor, stay: int
+) -> torch.Tensor:
     """Max-product φ (K, c) of K canonical bodies (stay-free token tuples) at c cells of one document.
 
     values: (N, N, C) channel tensor (relations, inverses, stay); heads, tails (c,) long. Uses
@@ -165,12 +180,13 @@ def document_phi(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], stay: 
     width = max(len(b) for b in bodies)
     padded = torch.full((len(bodies), width), stay, dtype=torch.long)
     for i, b in enumerate(bodies):
-        padded[i, :len(b)] = torch.tensor(b, dtype=torch.long)
+        padded[i, : len(b)] = torch.tensor(b, dtype=torch.long)
     return path_scores(values[None], padded, validate=False)[0]
 
 
-def max_edge_at_cells(values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor,
-                      tails: torch.Tensor) -> torch.Tensor:
+def max_edge_at_cells(
+    values: torch.Tensor, bodies: Sequence[tuple[int, ...]], heads: torch.Tensor, tails: torch.Tensor
+) -> torch.Tensor:
     """Graph-free relaxation φ̃ (K, c) of Fast-FedNSL (module docstring): exact for length 1."""
     K, c = len(bodies), int(heads.shape[0])
     out = values.new_zeros(K, c)
@@ -257,21 +273,29 @@ class PhiCache:
             graph_rows = self._rows.setdefault((ab, "graph"), {})
             edge_rows = self._rows.setdefault((ab, "max_edge"), {})
             for body in dict.fromkeys(bodies):
-                if kind == "graph" or (kind == "cached_path" and (body in graph_rows
-                                                                  or (ab, body) in self._graph_allowed)):
+                if kind == "graph" or (
+                    kind == "cached_path" and (body in graph_rows or (ab, body) in self._graph_allowed)
+                ):
                     if body not in graph_rows:
                         todo.setdefault(ab, {}).setdefault("graph", []).append(body)
                 elif body not in edge_rows:
                     todo.setdefault(ab, {}).setdefault("max_edge", []).append(body)
         if not todo:
             return
-        new = {(ab, k): np.zeros((len(b), len(self.table.groups[ab])), dtype=np.float32)
-               for ab, kinds in todo.items() for k, b in kinds.items()}
+        new = {
+            (ab, k): np.zeros((len(b), len(self.table.groups[ab])), dtype=np.float32)
+            for ab, kinds in todo.items()
+            for k, b in kinds.items()
+        }
         docs = sorted({d for ab in todo for d in self.table.groups[ab].doc_slices})
         for d in docs:
             V = self.channels(d)
-            wanted = [(ab, k, b) for ab, kinds in todo.items() for k, b in kinds.items()
-                      if d in self.table.groups[ab].doc_slices]
+            wanted = [
+                (ab, k, b)
+                for ab, kinds in todo.items()
+                for k, b in kinds.items()
+                if d in self.table.groups[ab].doc_slices
+            ]
             graph_bodies = sorted({body for ab, k, b in wanted if k == "graph" for body in b})
             full = document_phi(V, graph_bodies, self.stay) if graph_bodies else None
             row_of = {body: i for i, body in enumerate(graph_bodies)}

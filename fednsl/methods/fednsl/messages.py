@@ -35,9 +35,25 @@ import torch
 from fednsl.federation.records import ArraySpec, ConfigValue, Schema
 from fednsl.methods.fednsl.posterior import KLDirection, PriorSource, prior_distribution
 
-__all__ = ["RULE_ARRAYS", "STATS_SCHEMA", "TRAIN_SCHEMA", "EVAL_SCHEMA", "EVAL_METRICS", "LOGIC_ARRAYS",
-           "RULES_REQUEST_SCHEMA", "TRAIN_METRICS", "STATS_METRICS", "SCORER_KEYS", "RuleSet", "ScorerOptions",
-           "rules_from_message", "rules_to_arrays", "scorer_config", "scorer_options_from", "stats_schema"]
+__all__ = [
+    "RULE_ARRAYS",
+    "STATS_SCHEMA",
+    "TRAIN_SCHEMA",
+    "EVAL_SCHEMA",
+    "EVAL_METRICS",
+    "LOGIC_ARRAYS",
+    "RULES_REQUEST_SCHEMA",
+    "TRAIN_METRICS",
+    "STATS_METRICS",
+    "SCORER_KEYS",
+    "RuleSet",
+    "ScorerOptions",
+    "rules_from_message",
+    "rules_to_arrays",
+    "scorer_config",
+    "scorer_options_from",
+    "stats_schema",
+]
 
 RULE_ARRAYS = ("triples", "bodies", "log_prior", "counts", "mask")
 
@@ -71,9 +87,13 @@ class RuleSet:
 def rules_to_arrays(rules: RuleSet) -> dict[str, np.ndarray]:
     """The rule arrays of a ``train``/``evaluate`` message (log prior zeroed where masked)."""
     lp = torch.where(rules.mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64))
-    return {"triples": rules.triples.numpy().astype(np.int64), "bodies": rules.bodies.numpy().astype(np.int64),
-            "log_prior": lp.numpy(), "counts": rules.counts.numpy().astype(np.int64),
-            "mask": rules.mask.numpy().astype(bool)}
+    return {
+        "triples": rules.triples.numpy().astype(np.int64),
+        "bodies": rules.bodies.numpy().astype(np.int64),
+        "log_prior": lp.numpy(),
+        "counts": rules.counts.numpy().astype(np.int64),
+        "mask": rules.mask.numpy().astype(bool),
+    }
 
 
 def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
@@ -82,10 +102,13 @@ def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
     if missing:
         raise ValueError(f"server message lacks the rule arrays {missing}")
     mask = torch.as_tensor(np.asarray(arrays["mask"], dtype=bool))
-    return RuleSet(torch.as_tensor(np.asarray(arrays["triples"], dtype=np.int64)),
-                   torch.as_tensor(np.asarray(arrays["bodies"], dtype=np.int64)),
-                   torch.as_tensor(np.asarray(arrays["log_prior"], dtype=np.float64)),
-                   torch.as_tensor(np.asarray(arrays["counts"], dtype=np.int64)), mask)
+    return RuleSet(
+        torch.as_tensor(np.asarray(arrays["triples"], dtype=np.int64)),
+        torch.as_tensor(np.asarray(arrays["bodies"], dtype=np.int64)),
+        torch.as_tensor(np.asarray(arrays["log_prior"], dtype=np.float64)),
+        torch.as_tensor(np.asarray(arrays["counts"], dtype=np.int64)),
+        mask,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +144,6 @@ def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> Sc
     return dataclasses.replace(default, **{k: config[k] for k in SCORER_KEYS if k in config})
 
 
-
 STATS_METRICS = ("num_examples", "triples", "bodies", "documents", "extra_edges", "skipped_untyped", "time_s")
 STATS_SCHEMA = Schema(
     arrays=(
@@ -133,7 +155,6 @@ STATS_SCHEMA = Schema(
     ),
     metrics=STATS_METRICS,
 )
-
 
 
 def stats_schema(num_relations: int, num_types: int, max_body_len: int) -> Schema:
@@ -153,9 +174,22 @@ def stats_schema(num_relations: int, num_types: int, max_body_len: int) -> Schem
     )
 
 
-TRAIN_METRICS = ("num_examples", "positives", "train_loss", "bce", "kl", "triples_fitted", "triples_local",
-                 "facts_unknown_triple", "empty_documents", "time_grounding_s", "time_fit_s", "time_posterior_s",
-                 "grounded_cells", "cached_bodies")
+TRAIN_METRICS = (
+    "num_examples",
+    "positives",
+    "train_loss",
+    "bce",
+    "kl",
+    "triples_fitted",
+    "triples_local",
+    "facts_unknown_triple",
+    "empty_documents",
+    "time_grounding_s",
+    "time_fit_s",
+    "time_posterior_s",
+    "grounded_cells",
+    "cached_bodies",
+)
 TRAIN_SCHEMA = Schema(
     arrays=(
         ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
@@ -180,10 +214,22 @@ RULES_REQUEST_SCHEMA = Schema(
 _PRF = ("f1", "precision", "recall", "ign_f1", "tp", "n_pred", "n_gold", "tp_in_train")
 EVAL_METRICS = tuple(
     f"{model}{part}_{m}" for model in ("", "backbone_") for part in ("seen", "unseen") for m in (*_PRF, "logic")
-) + ("threshold_personal", "threshold_transfer", "threshold_backbone", "time_grounding_s", "time_eval_s",
-     "facts_unknown_triple_seen", "facts_unknown_triple_unseen", "num_examples")
-LOGIC_ARRAYS = tuple(f"logic_{kind}_{model}{part}" for model in ("", "backbone_") for part in ("seen", "unseen")
-                     for kind in ("body", "correct"))
+) + (
+    "threshold_personal",
+    "threshold_transfer",
+    "threshold_backbone",
+    "time_grounding_s",
+    "time_eval_s",
+    "facts_unknown_triple_seen",
+    "facts_unknown_triple_unseen",
+    "num_examples",
+)
+LOGIC_ARRAYS = tuple(
+    f"logic_{kind}_{model}{part}"
+    for model in ("", "backbone_")
+    for part in ("seen", "unseen")
+    for kind in ("body", "correct")
+)
 EVAL_SCHEMA = Schema(
     arrays=tuple(ArraySpec(name, "counts", "int", ("G",), required=False) for name in LOGIC_ARRAYS),
     metrics=EVAL_METRICS,

@@ -58,12 +58,28 @@ def plot_fednsl(run_dir: Path | str) -> Path | None:
     if not curves:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    _panel(axes[0], curves, [("seen_f1", "FedNSL seen", "-"), ("unseen_f1", "FedNSL unseen", "-"),
-                             ("backbone_seen_f1", "backbone seen", "--"),
-                             ("backbone_unseen_f1", "backbone unseen", "--")], "(b1) F1 (mean over clients)")
-    _panel(axes[1], curves, [("seen_logic", "FedNSL seen", "-"), ("unseen_logic", "FedNSL unseen", "-"),
-                             ("backbone_seen_logic", "backbone seen", "--"),
-                             ("backbone_unseen_logic", "backbone unseen", "--")], "(b2) logic accuracy")
+    _panel(
+        axes[0],
+        curves,
+        [
+            ("seen_f1", "FedNSL seen", "-"),
+            ("unseen_f1", "FedNSL unseen", "-"),
+            ("backbone_seen_f1", "backbone seen", "--"),
+            ("backbone_unseen_f1", "backbone unseen", "--"),
+        ],
+        "(b1) F1 (mean over clients)",
+    )
+    _panel(
+        axes[1],
+        curves,
+        [
+            ("seen_logic", "FedNSL seen", "-"),
+            ("unseen_logic", "FedNSL unseen", "-"),
+            ("backbone_seen_logic", "backbone seen", "--"),
+            ("backbone_unseen_logic", "backbone unseen", "--"),
+        ],
+        "(b2) logic accuracy",
+    )
     fig.tight_layout()
     path = run_dir / "plots" / "fednsl_f1_logic.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +88,9 @@ def plot_fednsl(run_dir: Path | str) -> Path | None:
     return path
 
 
-def plot_overlay(runs: Mapping[str, Sequence[Path | str]], metrics: Sequence[tuple[str, str]], path: Path | str,
-                 title: str = "") -> Path:
+def plot_overlay(
+    runs: Mapping[str, Sequence[Path | str]], metrics: Sequence[tuple[str, str]], path: Path | str, title: str = ""
+) -> Path:
     """One panel per (metric, panel title); one line per run group (mean over the group's runs/seeds)."""
     import numpy as np
 

@@ -53,8 +53,9 @@ def _check(mask: torch.Tensor, *arrays: torch.Tensor) -> None:
             raise ValueError(f"expected shape {tuple(mask.shape)} (T, J) like the mask, got {tuple(a.shape)}")
 
 
-def prior_distribution(log_prior: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor,
-                       source: PriorSource = "counts") -> torch.Tensor:
+def prior_distribution(
+    log_prior: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor, source: PriorSource = "counts"
+) -> torch.Tensor:
     """p_t(j) (T, J): n_j / Σ n ("counts") or softmax of log T_θ over the real bodies ("renormalised").
 
     Masked entries are 0; a triple without real bodies gets an all-zero row.
@@ -71,9 +72,17 @@ def prior_distribution(log_prior: torch.Tensor, counts: torch.Tensor, mask: torc
     raise ValueError(f"prior source must be 'counts' or 'renormalised', got {source!r}")
 
 
-def score_h(phi: torch.Tensor, tri: torch.Tensor, y_sign: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor,
-            log_prior: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor,
-            count_correction: bool = True) -> torch.Tensor:
+def score_h(
+    phi: torch.Tensor,
+    tri: torch.Tensor,
+    y_sign: torch.Tensor,
+    weights: torch.Tensor,
+    bias: torch.Tensor,
+    log_prior: torch.Tensor,
+    counts: torch.Tensor,
+    mask: torch.Tensor,
+    count_correction: bool = True,
+) -> torch.Tensor:
     """H (M, J), Eq. 9: ½·y_i·(w_tj φ_ij / c_tj + b_t / J_t) + log T_θ(j|t); masked bodies get −1e30.
 
     phi (M, J) path values aligned with the triple's body order; tri (M,) long; y_sign (M,) ±1;
@@ -88,8 +97,9 @@ def score_h(phi: torch.Tensor, tri: torch.Tensor, y_sign: torch.Tensor, weights:
     return torch.where(m, h, torch.full_like(h, _NEG))
 
 
-def instance_log_posterior(h: torch.Tensor, tri: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor,
-                           count_correction: bool = True) -> torch.Tensor:
+def instance_log_posterior(
+    h: torch.Tensor, tri: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor, count_correction: bool = True
+) -> torch.Tensor:
     """log q_i(j) (M, J), Eq. 10: log-softmax over the real bodies of H_ij (+ log n_j with count correction).
 
     Masked entries are −1e30 (q = 0 exactly after ``exp``).
@@ -101,8 +111,9 @@ def instance_log_posterior(h: torch.Tensor, tri: torch.Tensor, counts: torch.Ten
     return torch.where(m, out, torch.full_like(out, _NEG))
 
 
-def triple_posterior(log_q: torch.Tensor, tri: torch.Tensor, num_triples: int,
-                     weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def triple_posterior(
+    log_q: torch.Tensor, tri: torch.Tensor, num_triples: int, weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(q_t (T, J), instances (T,)): weighted mean of exp(log q_i) over each triple's instances.
 
     ``weight`` (M,) instance multiplicities (default 1). Triples without instances get an all-zero row and
@@ -116,8 +127,9 @@ def triple_posterior(log_q: torch.Tensor, tri: torch.Tensor, num_triples: int,
     return torch.where(tot[:, None] > 0, post, torch.zeros_like(post)), tot
 
 
-def kl_divergence(q: torch.Tensor, p: torch.Tensor, mask: torch.Tensor, direction: KLDirection = "reverse",
-                  eps: float = 1e-12) -> torch.Tensor:
+def kl_divergence(
+    q: torch.Tensor, p: torch.Tensor, mask: torch.Tensor, direction: KLDirection = "reverse", eps: float = 1e-12
+) -> torch.Tensor:
     """Per-triple KL (T,), Eq. 11 read as spec §8.3: "reverse" KL(q‖p) (default) or "forward" KL(p‖q).
 
     Sums over real bodies only, with 0·log 0 = 0; ``eps`` guards log of tiny probabilities.

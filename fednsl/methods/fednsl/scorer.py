@@ -38,8 +38,16 @@ from fednsl.methods.fednsl.posterior import (
     triple_posterior,
 )
 
-__all__ = ["Instances", "FittedScorer", "TransferScorer", "fit_scorer",
-           "fit_transfer", "posterior_of", "predict_logits", "transfer_features"]
+__all__ = [
+    "Instances",
+    "FittedScorer",
+    "TransferScorer",
+    "fit_scorer",
+    "fit_transfer",
+    "posterior_of",
+    "predict_logits",
+    "transfer_features",
+]
 
 
 @dataclass
@@ -60,8 +68,13 @@ class Instances:
         return int(self.tri.shape[0])
 
     def subset(self, keep: torch.Tensor) -> Instances:
-        return Instances(self.phi[keep], self.passthrough[keep], self.tri[keep], self.y[keep],
-                         None if self.weight is None else self.weight[keep])
+        return Instances(
+            self.phi[keep],
+            self.passthrough[keep],
+            self.tri[keep],
+            self.y[keep],
+            None if self.weight is None else self.weight[keep],
+        )
 
     def counts_per_triple(self, num_triples: int) -> torch.Tensor:
         w = torch.ones(len(self), dtype=torch.float64) if self.weight is None else self.weight.double()
@@ -113,19 +126,22 @@ def _posterior_instances(inst: Instances, opts: ScorerOptions) -> Instances:
     raise ValueError(f"posterior_instances must be 'all' or 'positive', got {opts.posterior_instances!r}")
 
 
-def posterior_of(inst: Instances, rules: RuleSet, w: torch.Tensor, b: torch.Tensor,
-                 opts: ScorerOptions) -> tuple[torch.Tensor, torch.Tensor]:
+def posterior_of(
+    inst: Instances, rules: RuleSet, w: torch.Tensor, b: torch.Tensor, opts: ScorerOptions
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(q (T, J), instances (T,)): Eq. 9–10 averaged over the posterior instances (differentiable)."""
     pi = _posterior_instances(inst, opts)
     y_sign = pi.y * 2.0 - 1.0
-    h = score_h(pi.phi, pi.tri, y_sign, w, b, rules.log_prior.to(w.dtype), rules.counts, rules.mask,
-                opts.count_correction)
+    h = score_h(
+        pi.phi, pi.tri, y_sign, w, b, rules.log_prior.to(w.dtype), rules.counts, rules.mask, opts.count_correction
+    )
     log_q = instance_log_posterior(h, pi.tri, rules.counts, rules.mask, opts.count_correction)
     return triple_posterior(log_q, pi.tri, rules.num_triples, pi.weight)
 
 
-def fit_scorer(inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: torch.Generator,
-               dtype: torch.dtype = torch.float32) -> FittedScorer:
+def fit_scorer(
+    inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: torch.Generator, dtype: torch.dtype = torch.float32
+) -> FittedScorer:
     """Minimise BCE + λ·KL over (w, u, b) from a fresh initialisation: w, u ~ U(−1, 1) from ``generator``;
     b at the logit of the triple's local positive rate (``bias_init="base_rate"``) or U(−1, 1) (LogiRE)."""
     T, J = rules.num_triples, rules.num_bodies
@@ -150,8 +166,13 @@ def fit_scorer(inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: 
     history: dict[str, list[float]] = {"loss": [], "bce": [], "kl": []}
     if len(inst) == 0:
         return FittedScorer(w.detach(), u.detach(), b.detach(), fitted, history)
-    inst = Instances(inst.phi.to(dtype), inst.passthrough.to(dtype), inst.tri, inst.y.to(dtype),
-                     None if inst.weight is None else inst.weight.to(dtype))
+    inst = Instances(
+        inst.phi.to(dtype),
+        inst.passthrough.to(dtype),
+        inst.tri,
+        inst.y.to(dtype),
+        None if inst.weight is None else inst.weight.to(dtype),
+    )
     prior = rules.prior(opts.prior_source).to(dtype)
     maskf = mask.to(dtype)
     params = [w, u, b] if opts.pass_through else [w, b]
@@ -206,7 +227,7 @@ def fit_transfer(inst: Instances, rules: RuleSet, opts: ScorerOptions) -> Transf
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = _bce(X @ theta + beta, y, wt) + 1e-4 * (theta ** 2).sum()
+        loss = _bce(X @ theta + beta, y, wt) + 1e-4 * (theta**2).sum()
         loss.backward()
         return loss
 
@@ -218,8 +239,14 @@ def fit_transfer(inst: Instances, rules: RuleSet, opts: ScorerOptions) -> Transf
     return TransferScorer(float(k[0]), float(k[1]), float(k[2]) if opts.pass_through else 0.0, b)
 
 
-def predict_logits(inst: Instances, rules: RuleSet, fitted: FittedScorer | None, transfer: TransferScorer,
-                   opts: ScorerOptions, personalised: bool = True) -> torch.Tensor:
+def predict_logits(
+    inst: Instances,
+    rules: RuleSet,
+    fitted: FittedScorer | None,
+    transfer: TransferScorer,
+    opts: ScorerOptions,
+    personalised: bool = True,
+) -> torch.Tensor:
     """Logits (M,) float64: the fitted per-triple scorer where the triple was fitted (and ``personalised``),
     else the transfer scorer."""
     prior = rules.prior(opts.prior_source)
@@ -229,6 +256,11 @@ def predict_logits(inst: Instances, rules: RuleSet, fitted: FittedScorer | None,
         s_transfer = s_transfer + transfer.kappa_pass * inst.passthrough.double()
     if fitted is None or not personalised:
         return s_transfer
-    s_fit = _logits(Instances(inst.phi.double(), inst.passthrough.double(), inst.tri, inst.y),
-                    fitted.weights.double(), fitted.passthrough.double(), fitted.bias.double(), opts.pass_through)
+    s_fit = _logits(
+        Instances(inst.phi.double(), inst.passthrough.double(), inst.tri, inst.y),
+        fitted.weights.double(),
+        fitted.passthrough.double(),
+        fitted.bias.double(),
+        opts.pass_through,
+    )
     return torch.where(fitted.fitted[inst.tri], s_fit, s_transfer)

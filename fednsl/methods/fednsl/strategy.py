@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from kg.seeding import derive_seed
-from fednsl.federation.records import Message, Schema
 from fednsl.common.torch_utils import torch_threads
+from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Stage, Strategy
 from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
@@ -46,6 +45,7 @@ from fednsl.methods.fednsl.messages import (
     stats_schema,
 )
 from fednsl.methods.fednsl.posterior import normalise_rows
+from kg.seeding import derive_seed
 from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sample_rules, train_generator
 from rules.pool import RulePool, aggregate_distributions
 from rules.store import RuleStore
@@ -55,8 +55,11 @@ __all__ = ["FedNSLStrategy", "rule_recall"]
 log = logging.getLogger("fednsl.methods.fednsl")
 
 
-def rule_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
-                rules: Sequence[tuple[int, Sequence[int]]], k: int) -> tuple[float, list[bool]]:
+def rule_recall(
+    pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
+    rules: Sequence[tuple[int, Sequence[int]]],
+    k: int,
+) -> tuple[float, list[bool]]:
     """Share of ``rules`` (head, body tokens) whose body is among the top-k bodies of some triple of its head.
 
     The trivial pass-through body [head] is left out of the ranking (it is always on top: every labelled fact
@@ -80,9 +83,17 @@ def rule_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], flo
 class FedNSLStrategy(Strategy):
     """Server of FedNSL (module docstring)."""
 
-    def __init__(self, cfg: FedNSLConfig, relations: Sequence[str], entity_types: Sequence[str], seed: int,
-                 *, golden_rules: Sequence[tuple[int, Sequence[int]]] = (), golden_kind: str = "golden",
-                 meta: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        cfg: FedNSLConfig,
+        relations: Sequence[str],
+        entity_types: Sequence[str],
+        seed: int,
+        *,
+        golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
+        golden_kind: str = "golden",
+        meta: Mapping[str, Any] | None = None,
+    ):
         self.cfg = cfg
         self.relations = tuple(relations)
         self.types = tuple(entity_types)
@@ -91,32 +102,57 @@ class FedNSLStrategy(Strategy):
         self.golden = [(int(h), tuple(int(b) for b in body)) for h, body in golden_rules]
         self.golden_kind = golden_kind
         g = cfg.gen
-        self.gen_config = GeneratorConfig(num_relations=self.R, num_types=max(1, len(self.types)),
-                                          max_body_len=cfg.max_body_len, d_model=g.d_model, nhead=g.nhead,
-                                          num_encoder_layers=g.num_encoder_layers,
-                                          num_decoder_layers=g.num_decoder_layers,
-                                          dim_feedforward=g.dim_feedforward, dropout=g.dropout,
-                                          positional=g.positional)
-        self.model = RuleGenerator(self.gen_config, torch.Generator().manual_seed(derive_seed(seed, 0, "generator-init")))
+        self.gen_config = GeneratorConfig(
+            num_relations=self.R,
+            num_types=max(1, len(self.types)),
+            max_body_len=cfg.max_body_len,
+            d_model=g.d_model,
+            nhead=g.nhead,
+            num_encoder_layers=g.num_encoder_layers,
+            num_decoder_layers=g.num_decoder_layers,
+            dim_feedforward=g.dim_feedforward,
+            dropout=g.dropout,
+            positional=g.positional,
+        )
+        self.model = RuleGenerator(
+            self.gen_config, torch.Generator().manual_seed(derive_seed(seed, 0, "generator-init"))
+        )
         self.pool = RulePool(self.R, cfg.max_body_len)
         self.triples = torch.zeros(0, 3, dtype=torch.long)
         self.constraints: TypeConstraints | None = None
         self.initialised = False
         self.current: RuleSet | None = None
         self.current_round = 0
-        self.store = RuleStore(self.relations, self.types, body_length=cfg.max_body_len,
-                               meta={"method": "fednsl", "seed": self.seed, **dict(meta or {})})
+        self.store = RuleStore(
+            self.relations,
+            self.types,
+            body_length=cfg.max_body_len,
+            meta={"method": "fednsl", "seed": self.seed, **dict(meta or {})},
+        )
         self.last_gen_loss: float | None = None
 
     # -- stages ----------------------------------------------------------------------------------------------
     def declare_stages(self) -> tuple[Stage, ...]:
-        return (Stage("train.stats", self.configure_train_stats, self.aggregate_train_stats,
-                      reply=lambda: stats_schema(self.R, len(self.types), self.cfg.max_body_len),
-                      request=Schema(config=("max_body_len",)), essential=True),
-                Stage("train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA,
-                      request=RULES_REQUEST_SCHEMA),
-                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=EVAL_SCHEMA,
-                      request=RULES_REQUEST_SCHEMA))
+        return (
+            Stage(
+                "train.stats",
+                self.configure_train_stats,
+                self.aggregate_train_stats,
+                reply=lambda: stats_schema(self.R, len(self.types), self.cfg.max_body_len),
+                request=Schema(config=("max_body_len",)),
+                essential=True,
+            ),
+            Stage(
+                "train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA, request=RULES_REQUEST_SCHEMA
+            ),
+            Stage(
+                "evaluate",
+                self.configure_evaluate,
+                self.aggregate_evaluate,
+                reply=EVAL_SCHEMA,
+                request=RULES_REQUEST_SCHEMA,
+            ),
+        )
 
     def stages(self, rnd: int) -> Sequence[str]:
         if not self.initialised:
@@ -138,8 +174,15 @@ class FedNSLStrategy(Strategy):
             for k, t in enumerate(a["triples"].tolist()):
                 t = tuple(int(x) for x in t)
                 if not (0 <= t[0] < self.R and 0 <= t[1] < len(self.types) and 0 <= t[2] < len(self.types)):
-                    log.warning("round %d train.stats: client %s sent triple %s outside the vocabulary (R=%d, "
-                                "%d types); ignored", rnd, cid, t, self.R, len(self.types))
+                    log.warning(
+                        "round %d train.stats: client %s sent triple %s outside the vocabulary (R=%d, "
+                        "%d types); ignored",
+                        rnd,
+                        cid,
+                        t,
+                        self.R,
+                        len(self.types),
+                    )
                     invalid += 1
                     continue
                 body_probs = {}
@@ -155,8 +198,10 @@ class FedNSLStrategy(Strategy):
             weights.append(w)
         agg = aggregate_distributions(dists, weights)
         if not agg:
-            raise RuntimeError(f"round {rnd}: no client uploaded rule statistics (replies from {sorted(replies)}, "
-                               f"failures {dict(failures)}); FedNSL cannot build its initial rule pool")
+            raise RuntimeError(
+                f"round {rnd}: no client uploaded rule statistics (replies from {sorted(replies)}, "
+                f"failures {dict(failures)}); FedNSL cannot build its initial rule pool"
+            )
         self.pool = RulePool.from_distributions(agg, self.R, self.cfg.max_body_len)
         self.triples = torch.tensor(self.pool.triples, dtype=torch.long).reshape(-1, 3)
         if self.cfg.gen.type_constraints:
@@ -164,8 +209,12 @@ class FedNSLStrategy(Strategy):
         t0 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.pretrain_epochs, "pretrain")
         self.initialised = True
-        out: Metrics = {"triples": len(self.pool), "pool_chains": self.pool.num_chains,
-                        "pretrain_loss": losses[-1] if losses else 0.0, "time_generator_s": time.perf_counter() - t0}
+        out: Metrics = {
+            "triples": len(self.pool),
+            "pool_chains": self.pool.num_chains,
+            "pretrain_loss": losses[-1] if losses else 0.0,
+            "time_generator_s": time.perf_counter() - t0,
+        }
         if invalid:
             out["invalid_triples"] = invalid
         return out
@@ -175,10 +224,17 @@ class FedNSLStrategy(Strategy):
             return []
         g = self.cfg.gen
         with torch_threads(self.cfg.num_threads):
-            losses = train_generator(self.model, self.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
-                                     samples_per_epoch=g.samples_per_epoch,
-                                     generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, purpose)),
-                                     uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
+            losses = train_generator(
+                self.model,
+                self.pool,
+                epochs=epochs,
+                batch_size=g.batch_size,
+                lr=g.lr,
+                samples_per_epoch=g.samples_per_epoch,
+                generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, purpose)),
+                uniform_mix=g.uniform_mix,
+                lr_gamma=g.lr_gamma,
+            )
         self.last_gen_loss = losses[-1] if losses else None
         return losses
 
@@ -186,8 +242,9 @@ class FedNSLStrategy(Strategy):
     def _sample(self, rnd: int) -> RuleSet:
         gen = torch.Generator().manual_seed(derive_seed(self.seed, rnd, "sample"))
         with torch_threads(self.cfg.num_threads):
-            s = sample_rules(self.model, self.triples, self.cfg.num_samples, generator=gen,
-                             constraints=self.constraints)
+            s = sample_rules(
+                self.model, self.triples, self.cfg.num_samples, generator=gen, constraints=self.constraints
+            )
         lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
         return RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
 
@@ -197,7 +254,9 @@ class FedNSLStrategy(Strategy):
         if self.current is None or self.current_round != rnd:
             self.current = self._sample(rnd)
             self.current_round = rnd
-        return Message("train", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options()))
+        return Message(
+            "train", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options())
+        )
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         assert self.current is not None
@@ -215,7 +274,9 @@ class FedNSLStrategy(Strategy):
             m = torch.as_tensor(msg.arrays["mask"], dtype=torch.bool)
             n = torch.as_tensor(msg.arrays["instances"], dtype=torch.float64)
             if q.shape != (T, J):
-                raise ValueError(f"client {cid}: posterior has shape {tuple(q.shape)}, the round's rule set is {(T, J)}")
+                raise ValueError(
+                    f"client {cid}: posterior has shape {tuple(q.shape)}, the round's rule set is {(T, J)}"
+                )
             outside = m & ~rules.mask
             stray += int(outside.sum())
             m = m & rules.mask
@@ -236,19 +297,27 @@ class FedNSLStrategy(Strategy):
                 if mk and p > 0:
                     d[tuple(x for x in body if x != pad)] = p
             posteriors[keys[t]] = d
-        self.pool.update(posteriors, self.cfg.pool_mode, self.cfg.pool_ratio,  # type: ignore[arg-type]
-                         num_samples=self.cfg.pool_samples,
-                         generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, "pool")))
+        self.pool.update(
+            posteriors,
+            self.cfg.pool_mode,  # type: ignore[arg-type]
+            self.cfg.pool_ratio,
+            num_samples=self.cfg.pool_samples,
+            generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, "pool")),
+        )
         t1 = time.perf_counter()
         losses = self._train_generator(rnd, self.cfg.gen.epochs, "generator")
         t2 = time.perf_counter()
         self._record(rnd, rules, agg, has, client_post, client_inst)
         if stray:
             log.warning("round %d: %d posterior entries on bodies the server did not send were ignored", rnd, stray)
-        out: Metrics = {"triples_updated": int(has.sum()),
-                        "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
-                        "pool_chains": self.pool.num_chains, "generator_loss": losses[-1] if losses else 0.0,
-                        "time_aggregate_s": t1 - t0, "time_generator_s": t2 - t1}
+        out: Metrics = {
+            "triples_updated": int(has.sum()),
+            "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
+            "pool_chains": self.pool.num_chains,
+            "generator_loss": losses[-1] if losses else 0.0,
+            "time_aggregate_s": t1 - t0,
+            "time_generator_s": t2 - t1,
+        }
         empty = int((~rules.mask.any(-1)).sum())
         if empty:
             out["triples_without_bodies"] = empty
@@ -256,18 +325,29 @@ class FedNSLStrategy(Strategy):
             out["stray_entries"] = stray
         return out
 
-    def _record(self, rnd: int, rules: RuleSet, agg: torch.Tensor, has: torch.Tensor,
-                client_post: Mapping[str, Mapping[tuple[int, int, int], np.ndarray]],
-                client_inst: Mapping[str, Mapping[tuple[int, int, int], int]]) -> None:
+    def _record(
+        self,
+        rnd: int,
+        rules: RuleSet,
+        agg: torch.Tensor,
+        has: torch.Tensor,
+        client_post: Mapping[str, Mapping[tuple[int, int, int], np.ndarray]],
+        client_inst: Mapping[str, Mapping[tuple[int, int, int], int]],
+    ) -> None:
         keys = [tuple(int(x) for x in t) for t in rules.triples.tolist()]
         prior = rules.prior("renormalised")
         for t, key in enumerate(keys):
             m = rules.mask[t]
             if not bool(m.any()):
                 continue
-            self.store.add_triple(key, rules.bodies[t][m].numpy(), prior[t][m].numpy(),
-                                  log_prior=rules.log_prior[t][m].numpy(), sample_counts=rules.counts[t][m].numpy(),
-                                  round=rnd)
+            self.store.add_triple(
+                key,
+                rules.bodies[t][m].numpy(),
+                prior[t][m].numpy(),
+                log_prior=rules.log_prior[t][m].numpy(),
+                sample_counts=rules.counts[t][m].numpy(),
+                round=rnd,
+            )
             if bool(has[t]):
                 self.store.record_global(key, agg[t][m].numpy())
             for cid, posts in client_post.items():
@@ -279,7 +359,9 @@ class FedNSLStrategy(Strategy):
         if self.current is None or self.current_round != rnd:
             self.current = self._sample(rnd)
             self.current_round = rnd
-        return Message("evaluate", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options()))
+        return Message(
+            "evaluate", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options())
+        )
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         out: Metrics = {}
@@ -292,14 +374,17 @@ class FedNSLStrategy(Strategy):
                 if f1s:
                     out[f"{key}_f1"] = float(np.mean(f1s))
                     if not prefix:  # Ign-F1 and micro-F1 of the rule model (the backbone row keeps F1 + logic)
-                        out[f"{key}_ign_f1"] = float(np.mean([r.metrics.get(f"{key}_ign_f1", 0.0)
-                                                              for r in replies.values()]))
+                        out[f"{key}_ign_f1"] = float(
+                            np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()])
+                        )
                         tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
                         npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
                         ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
                         out[f"{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
                 body = [r.arrays[f"logic_body_{key}"] for r in replies.values() if f"logic_body_{key}" in r.arrays]
-                corr = [r.arrays[f"logic_correct_{key}"] for r in replies.values() if f"logic_correct_{key}" in r.arrays]
+                corr = [
+                    r.arrays[f"logic_correct_{key}"] for r in replies.values() if f"logic_correct_{key}" in r.arrays
+                ]
                 if body:
                     value = logic_from_counts(np.sum(body, axis=0), np.sum(corr, axis=0))
                     if not math.isnan(value):
@@ -346,11 +431,15 @@ class FedNSLStrategy(Strategy):
             self.store.meta[f"{self.golden_kind}_recall_top{self.cfg.top_k}"] = None if math.isnan(recall) else recall
             self.store.meta[f"{self.golden_kind}_rules"] = [
                 {"rule": f"{self.relations[h]} <- {vocab.format_body(b)}", "in_top_k": hit}
-                for (h, b), hit in zip(self.golden, hits)]
+                for (h, b), hit in zip(self.golden, hits)
+            ]
         self.store.meta["pool_top"] = {
-            self.store.triple_name(t): [[f"{self.relations[t[0]]} <- {self.store.vocab.format_body(b)}", p]
-                                        for b, p in sorted(d.items(), key=lambda kv: -kv[1])[: self.cfg.top_k + 1]]
-            for t, d in self.pool.distributions().items()}
+            self.store.triple_name(t): [
+                [f"{self.relations[t[0]]} <- {self.store.vocab.format_body(b)}", p]
+                for b, p in sorted(d.items(), key=lambda kv: -kv[1])[: self.cfg.top_k + 1]
+            ]
+            for t, d in self.pool.distributions().items()
+        }
         self.store.save(run_dir)
         from fednsl.methods.fednsl.plots import plot_fednsl
 

@@ -8,13 +8,23 @@ from fednsl.methods.fednsl_gmm.client import FedNSLGMMClient, kl_to_prior, prior
 from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig
 from fednsl.methods.fednsl_gmm.gmm import GMM, init_from_posteriors, log_responsibilities, m_step, sufficient_stats
 from fednsl.methods.fednsl_gmm.strategy import FedNSLGMMStrategy
+from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.numeric.client import client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
-from fednsl.registry import build_kwargs, register_method
 
-__all__ = ["GMM", "FedNSLGMMClient", "FedNSLGMMConfig", "FedNSLGMMStrategy", "build_fednsl_gmm",
-           "init_from_posteriors", "kl_to_prior", "log_responsibilities", "m_step", "prior_log_probs",
-           "sufficient_stats"]
+__all__ = [
+    "GMM",
+    "FedNSLGMMClient",
+    "FedNSLGMMConfig",
+    "FedNSLGMMStrategy",
+    "build_fednsl_gmm",
+    "init_from_posteriors",
+    "kl_to_prior",
+    "log_responsibilities",
+    "m_step",
+    "prior_log_probs",
+    "sufficient_stats",
+]
 
 
 @register_method("fednsl-gmm", doc="FedNSL numeric variant: server 3-GMM prior by federated EM, client MLP + KL")
@@ -22,6 +32,8 @@ def build_fednsl_gmm(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedNSLGMMConfig, config.method_kwargs, "method_kwargs (fednsl-gmm)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (fednsl-gmm)")
     parts = make_numeric_federation(data_cfg, config.seed)
-    clients = {cid: FedNSLGMMClient(cid, d, cfg.hidden, data_cfg.classes, seed=config.seed, em_steps=cfg.em_steps)
-               for cid, d in parts.items()}
+    clients = {
+        cid: FedNSLGMMClient(cid, d, cfg.hidden, data_cfg.classes, seed=config.seed, em_steps=cfg.em_steps)
+        for cid, d in parts.items()
+    }
     return Federation(FedNSLGMMStrategy(cfg, data_cfg), clients, client_data_summary(parts))

@@ -24,12 +24,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fednsl.federation.records import Message
-from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.records import Message
 from fednsl.federation.roles import handles
 from fednsl.methods.fednsl_gmm.config import em_stage_names
 from fednsl.methods.fednsl_gmm.gmm import GMM, log_responsibilities, sufficient_stats
+from fednsl.tasks.blobs import mlp
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData
 
@@ -86,8 +86,9 @@ class FedNSLGMMClient(NumericClient):
             opt.step()
             tot_ce += ce.item()
             tot_kl += kl.item()
-        return msg.reply(self.cid, metrics={"num_examples": len(self.y), "train_loss": tot_ce / steps,
-                                            "train_kl": tot_kl / steps})
+        return msg.reply(
+            self.cid, metrics={"num_examples": len(self.y), "train_loss": tot_ce / steps, "train_kl": tot_kl / steps}
+        )
 
     def posterior(self, mode: str, gmm: GMM | None) -> tuple[np.ndarray, float | None]:
         """q (n, K) for the E-step, and the local log-likelihood Σ_n log p(x_n) under the GMM (if any)."""
@@ -111,7 +112,6 @@ class FedNSLGMMClient(NumericClient):
         if ll is not None:
             metrics["loglik"] = ll
         return msg.reply(self.cid, arrays={"resp_sum": n, "resp_x": s, "resp_xx": ss}, metrics=metrics)
-
 
     def deployed(self, msg: Message) -> Predictor:
         self.model.eval()

@@ -24,9 +24,9 @@ EPS = np.finfo(np.float64).eps
 
 @dataclass
 class GMM:
-    weights: np.ndarray       # (K,)
-    means: np.ndarray         # (K, D)
-    covariances: np.ndarray   # (K, D, D)
+    weights: np.ndarray  # (K,)
+    means: np.ndarray  # (K, D)
+    covariances: np.ndarray  # (K, D, D)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"gmm_weights": self.weights, "gmm_means": self.means, "gmm_covariances": self.covariances}
@@ -35,8 +35,11 @@ class GMM:
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "GMM | None":
         if "gmm_means" not in arrays:
             return None
-        return cls(np.asarray(arrays["gmm_weights"], np.float64), np.asarray(arrays["gmm_means"], np.float64),
-                   np.asarray(arrays["gmm_covariances"], np.float64))
+        return cls(
+            np.asarray(arrays["gmm_weights"], np.float64),
+            np.asarray(arrays["gmm_means"], np.float64),
+            np.asarray(arrays["gmm_covariances"], np.float64),
+        )
 
 
 def log_gaussian(x: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> np.ndarray:
@@ -46,8 +49,8 @@ def log_gaussian(x: np.ndarray, means: np.ndarray, covariances: np.ndarray) -> n
     out = np.empty((n, len(means)))
     for k, (mu, cov) in enumerate(zip(means, covariances)):
         chol = np.linalg.cholesky(cov)
-        z = np.linalg.solve(chol, (x - mu).T)          # (D, n)
-        out[:, k] = -0.5 * (d * np.log(2 * np.pi) + (z ** 2).sum(0)) - np.log(np.diag(chol)).sum()
+        z = np.linalg.solve(chol, (x - mu).T)  # (D, n)
+        out[:, k] = -0.5 * (d * np.log(2 * np.pi) + (z**2).sum(0)) - np.log(np.diag(chol)).sum()
     return out
 
 

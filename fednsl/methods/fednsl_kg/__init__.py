@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from fednsl.config import RunConfig
+from fednsl.federation.roles import Client
 from fednsl.federation.runner import Federation
 from fednsl.methods.fednsl_kg.client import FedNSLKGClient
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, KGDataConfig, resolve_source
@@ -51,8 +52,11 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
     return parts, planted, kg.name
 
 
-@register_method("fednsl-kg", doc="FedNSL on knowledge graphs: rule generator + RNNLogic-style predictor, V-EM, "
-                                  "filtered link prediction (centralised or federated)")
+@register_method(
+    "fednsl-kg",
+    doc="FedNSL on knowledge graphs: rule generator + RNNLogic-style predictor, V-EM, "
+    "filtered link prediction (centralised or federated)",
+)
 def build_fednsl_kg(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedNSLKGConfig, config.method_kwargs, "method_kwargs (fednsl-kg)")
     data = build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)")
@@ -60,14 +64,34 @@ def build_fednsl_kg(config: RunConfig) -> Federation:
     width = len(str(len(parts) - 1))
     ids = [f"c{i:0{width}d}" for i in range(len(parts))]
     shared = known_answers(parts) if cfg.eval_filter == "global" else None
-    clients = {cid: FedNSLKGClient(cid, part, cfg, shared if shared is not None else known_answers(part))
-               for cid, part in zip(ids, parts)}
-    meta: dict[str, Any] = {"kg": name, "clients": len(parts), "local_only": cfg.local_only,
-                            "partition": "federated_folder" if data.federated_folder else data.partition}
-    strategy = FedNSLKGStrategy(cfg, parts[0].relations, ids, config.seed, rounds=config.rounds, planted=planted,
-                                meta=meta)
-    summary = {"kg": name, "entities": parts[0].num_entities, "relations": parts[0].num_relations,
-               "planted_rules": len(planted), "eval_filter": cfg.eval_filter, "local_only": cfg.local_only,
-               "clients": {cid: {"train": len(p.train), "valid": len(p.valid), "test": len(p.test),
-                                 "relations": len(set(p.train[:, 1].tolist()))} for cid, p in zip(ids, parts)}}
+    clients: dict[str, Client] = {
+        cid: FedNSLKGClient(cid, part, cfg, shared if shared is not None else known_answers(part))
+        for cid, part in zip(ids, parts)
+    }
+    meta: dict[str, Any] = {
+        "kg": name,
+        "clients": len(parts),
+        "local_only": cfg.local_only,
+        "partition": "federated_folder" if data.federated_folder else data.partition,
+    }
+    strategy = FedNSLKGStrategy(
+        cfg, parts[0].relations, ids, config.seed, rounds=config.rounds, planted=planted, meta=meta
+    )
+    summary = {
+        "kg": name,
+        "entities": parts[0].num_entities,
+        "relations": parts[0].num_relations,
+        "planted_rules": len(planted),
+        "eval_filter": cfg.eval_filter,
+        "local_only": cfg.local_only,
+        "clients": {
+            cid: {
+                "train": len(p.train),
+                "valid": len(p.valid),
+                "test": len(p.test),
+                "relations": len(set(p.train[:, 1].tolist())),
+            }
+            for cid, p in zip(ids, parts)
+        },
+    }
     return Federation(strategy, clients, summary)

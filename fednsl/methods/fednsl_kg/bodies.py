@@ -40,8 +40,9 @@ def pad_bodies(bodies: Sequence[Sequence[int]], num_relations: int, length: int)
     return out
 
 
-def query_rule_sets(heads: np.ndarray, bodies: np.ndarray, mask: np.ndarray, num_relations: int,
-                    keep: Iterable[int] | None = None) -> dict[int, list[Body]]:
+def query_rule_sets(
+    heads: np.ndarray, bodies: np.ndarray, mask: np.ndarray, num_relations: int, keep: Iterable[int] | None = None
+) -> dict[int, list[Body]]:
     """Server proposal (T,), (T, J, L), (T, J) → bodies per query relation 0..2R-1 for ``RulePredictor``.
 
     Head r gets its J_r bodies in order; head r+R gets their mirrors in the same order, so body j of either

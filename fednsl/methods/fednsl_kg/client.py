@@ -36,8 +36,15 @@ from rules.measures import RuleCounts
 __all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores"]
 
 
-def posterior_from_scores(scores: np.ndarray, log_prior: np.ndarray, *, temperature: float, prior_weight: float,
-                          kl_weight: float, standardize: bool = True) -> np.ndarray:
+def posterior_from_scores(
+    scores: np.ndarray,
+    log_prior: np.ndarray,
+    *,
+    temperature: float,
+    prior_weight: float,
+    kl_weight: float,
+    standardize: bool = True,
+) -> np.ndarray:
     """E-step for one head (J,) → (J,) distribution.
 
     H_j = s̃_j / τ + w · log p_θ(j) (Eq. 9 in RNNLogic's form), s̃ the rule scores standardised over the head's J
@@ -56,8 +63,9 @@ def posterior_from_scores(scores: np.ndarray, log_prior: np.ndarray, *, temperat
     return q / q.sum()
 
 
-def mine_forward_rules(graph: SparseGraph, train: np.ndarray, max_len: int, seed: int,
-                       options: Mapping[str, Any]) -> dict[int, dict[tuple[int, ...], int]]:
+def mine_forward_rules(
+    graph: SparseGraph, train: np.ndarray, max_len: int, seed: int, options: Mapping[str, Any]
+) -> dict[int, dict[tuple[int, ...], int]]:
     """Mined bodies with supports per forward head r (0..R-1): the inverse head r+R's bodies are mirrored onto r
     and their supports added. ``options``: ``max_rules_per_head`` (default 200, after merging), ``min_support``
     (default 1) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
@@ -91,7 +99,7 @@ def amie_counts(graph: SparseGraph, head: int, bodies: list[tuple[int, ...]]) ->
         starts_all = np.unique(np.concatenate([np.flatnonzero(np.diff(graph.adjacency[b[0]].indptr)) for b in bodies]))
         step = graph.default_batch_size()
         for lo in range(0, starts_all.size, step):
-            starts = starts_all[lo:lo + step]
+            starts = starts_all[lo : lo + step]
             head_rows = head_adj[starts]
             functional = has_head[starts]
             for j, mat in graph.iter_path_counts(bodies, starts):
@@ -112,7 +120,7 @@ class FedNSLKGClient(Client):
         self.predictor: RulePredictor | None = None
         self._graph: SparseGraph | None = None
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
-        self.relations = np.unique(present)             # forward heads this client asks queries of
+        self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
 
     @property
@@ -126,9 +134,9 @@ class FedNSLKGClient(Client):
     def train_stats(self, msg: Message) -> Message:
         """Mine chain-rule bodies on the local training graph; send them per forward head with their supports."""
         t0 = time.perf_counter()
-        L = int(msg.config["max_body_len"])
+        L = msg.config_int("max_body_len")
         with torch_threads(self.cfg.num_threads):
-            mined = mine_forward_rules(self.graph, self.part.train, L, int(msg.config["seed"]), self.cfg.mining)
+            mined = mine_forward_rules(self.graph, self.part.train, L, msg.config_int("seed"), self.cfg.mining)
         heads, bodies, support = [], [], []
         for r, table in mined.items():
             if not self.train_counts[r]:
@@ -137,32 +145,46 @@ class FedNSLKGClient(Client):
                 heads.append(r)
                 bodies.append(b)
                 support.append(n)
-        arrays = {"heads": np.asarray(heads, dtype=np.int64),
-                  "bodies": pad_bodies(bodies, self.R, L),
-                  "support": np.asarray(support, dtype=np.int64),
-                  "instances": self.train_counts.copy()}
-        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": len(self.part.train),
-                                                           "mined_rules": len(bodies),
-                                                           "time_s": time.perf_counter() - t0})
+        arrays = {
+            "heads": np.asarray(heads, dtype=np.int64),
+            "bodies": pad_bodies(bodies, self.R, L),
+            "support": np.asarray(support, dtype=np.int64),
+            "instances": self.train_counts.copy(),
+        }
+        return msg.reply(
+            self.cid,
+            arrays=arrays,
+            metrics={
+                "num_examples": len(self.part.train),
+                "mined_rules": len(bodies),
+                "time_s": time.perf_counter() - t0,
+            },
+        )
 
     # -- E-step ----------------------------------------------------------------------------------------------
     def _valid_mrr(self, predictor: RulePredictor) -> float:
-        m = evaluate_link_prediction(predictor.score, self.part, "valid", self.cfg.eval_batch_size or None,
-                                     self.filter_index)
+        m = evaluate_link_prediction(
+            predictor.score, self.part, "valid", self.cfg.eval_batch_size or None, self.filter_index
+        )
         return float(m.compute()["mrr"])
 
     def fit(self, arrays: Mapping[str, np.ndarray], seed: int) -> dict[str, Any]:
         """Fit a fresh predictor on the server's rules (both query directions) for this client's relations:
         trained on the local train facts, each head early-stopped on the local valid facts."""
-        rule_sets = query_rule_sets(arrays["heads"], arrays["bodies"], arrays["mask"].astype(bool), self.R,
-                                    keep=self.relations)
+        rule_sets = query_rule_sets(
+            arrays["heads"], arrays["bodies"], arrays["mask"].astype(bool), self.R, keep=self.relations
+        )
         pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
         self.predictor = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
         valid = self.part.valid if len(self.part.valid) else None
         report = self._valid_mrr if (self.cfg.report_valid and valid is not None) else None
         with torch_threads(self.cfg.num_threads):
-            return dict(self.predictor.fit(self.part.train, self.part.train, report, seed=seed, valid_triples=valid,
-                                           num_relations=self.R) or {})
+            return dict(
+                self.predictor.fit(
+                    self.part.train, self.part.train, report, seed=seed, valid_triples=valid, num_relations=self.R
+                )
+                or {}
+            )
 
     @handles("train")
     def train(self, msg: Message) -> Message:
@@ -170,14 +192,20 @@ class FedNSLKGClient(Client):
         heads, mask, log_prior = a["heads"], a["mask"].astype(bool), a["log_prior"]
         T, J = mask.shape
         t0 = time.perf_counter()
-        log = self.fit(a, int(msg.config["seed"]))
+        log = self.fit(a, msg.config_int("seed"))
         t1 = time.perf_counter()
         assert self.predictor is not None
         scores = self.predictor.rule_scores()
         with torch_threads(self.cfg.num_threads):
-            counts = ({r: amie_counts(self.graph, r, rule_sets_fwd)
-                       for r, rule_sets_fwd in self._forward_bodies(a).items() if self.train_counts[r]}
-                      if bool(msg.config.get("counts", True)) else {})
+            counts = (
+                {
+                    r: amie_counts(self.graph, r, rule_sets_fwd)
+                    for r, rule_sets_fwd in self._forward_bodies(a).items()
+                    if self.train_counts[r]
+                }
+                if bool(msg.config.get("counts", True))
+                else {}
+            )
         posterior = np.zeros((T, J), dtype=np.float64)
         out_mask = np.zeros((T, J), dtype=bool)
         instances = np.zeros(T, dtype=np.int64)
@@ -194,24 +222,38 @@ class FedNSLKGClient(Client):
             if s is None or n == 0 or J_t == 0:
                 continue
             lp = log_prior[t, :J_t] if bool(msg.config.get("use_prior", True)) else np.zeros(J_t)
-            posterior[t, :J_t] = posterior_from_scores(s, lp, temperature=self.cfg.temperature,
-                                                       prior_weight=self.cfg.prior_weight,
-                                                       kl_weight=self.cfg.kl_weight,
-                                                       standardize=self.cfg.standardize_scores)
+            posterior[t, :J_t] = posterior_from_scores(
+                s,
+                lp,
+                temperature=self.cfg.temperature,
+                prior_weight=self.cfg.prior_weight,
+                kl_weight=self.cfg.kl_weight,
+                standardize=self.cfg.standardize_scores,
+            )
             out_mask[t, :J_t] = True
             instances[t] = n
             fitted += 1
-        metrics = {"num_examples": len(self.part.train), "heads_fitted": fitted, "rules": int(mask.sum()),
-                   "time_fit_s": t1 - t0, "time_counts_s": time.perf_counter() - t1}
+        metrics = {
+            "num_examples": len(self.part.train),
+            "heads_fitted": fitted,
+            "rules": int(mask.sum()),
+            "time_fit_s": t1 - t0,
+            "time_counts_s": time.perf_counter() - t1,
+        }
         if log.get("valid") is not None:
             metrics["valid_mrr"] = float(log["valid"])
-        return msg.reply(self.cid, arrays={"posterior": posterior, "mask": out_mask, "instances": instances,
-                                           **count_arrays}, metrics=metrics)
+        return msg.reply(
+            self.cid,
+            arrays={"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays},
+            metrics=metrics,
+        )
 
     def _forward_bodies(self, a: Mapping[str, np.ndarray]) -> dict[int, list[tuple[int, ...]]]:
         mask = a["mask"].astype(bool)
-        return {int(r): [strip(b, self.R) for b, m in zip(a["bodies"][t].tolist(), mask[t].tolist()) if m]
-                for t, r in enumerate(a["heads"].tolist())}
+        return {
+            int(r): [strip(b, self.R) for b, m in zip(a["bodies"][t].tolist(), mask[t].tolist()) if m]
+            for t, r in enumerate(a["heads"].tolist())
+        }
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:
@@ -221,13 +263,16 @@ class FedNSLKGClient(Client):
         if not len(self.part.test):
             return RankingMetrics()
         with torch_threads(self.cfg.num_threads), torch.no_grad():
-            return evaluate_link_prediction(self.predictor.score, self.part, "test", self.cfg.eval_batch_size or None,
-                                            self.filter_index)
+            return evaluate_link_prediction(
+                self.predictor.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
+            )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         t0 = time.perf_counter()
         m = self.ranking()
-        return msg.reply(self.cid, arrays={"rank_sums": encode_rank_sums(m)},
-                         metrics={"num_examples": len(self.part.test), "queries": m.count,
-                                  "time_eval_s": time.perf_counter() - t0})
+        return msg.reply(
+            self.cid,
+            arrays={"rank_sums": encode_rank_sums(m)},
+            metrics={"num_examples": len(self.part.test), "queries": m.count, "time_eval_s": time.perf_counter() - t0},
+        )

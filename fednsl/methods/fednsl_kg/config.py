@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
 from fednsl.registry import build_kwargs
@@ -28,8 +28,8 @@ class KGGeneratorOptions:
     dim_feedforward: int = 128
     dropout: float = 0.1
     positional: bool = True
-    pretrain_epochs: int = 5       # on the mined pool (round 1)
-    epochs: int = 2                # per round, on the pool after the posterior update
+    pretrain_epochs: int = 5  # on the mined pool (round 1)
+    epochs: int = 2  # per round, on the pool after the posterior update
     batch_size: int = 64
     lr: float = 1e-3
     samples_per_epoch: int = 4000
@@ -57,32 +57,34 @@ class FedNSLKGConfig:
     """
 
     max_body_len: int = 3
-    num_samples: int = 100         # N ancestral generator samples per head relation (Eq. 5)
-    pool_top: int = 40             # the pool's most probable bodies per head, always proposed
-    max_bodies: int = 80           # J: at most this many bodies per head per round
-    mining: dict[str, Any] = field(default_factory=dict)      # extra kwargs of rules.kg_mining.mine_chain_rules
-    support_starts: int = 2000     # at most this many start entities per head when counting mined supports
-    aggregator: str = "sum"        # RulePredictor aggregation over rules
-    predictor: dict[str, Any] = field(default_factory=dict)   # rules.kg_predictor.PredictorConfig fields
-    report_valid: bool = True      # clients report their local valid MRR after fitting (one extra ranking pass)
-    counts: str = "every"          # AMIE counts for the rule store: every round, the last round only, or never
-    temperature: float = 0.5       # τ on the standardised rule scores
+    num_samples: int = 100  # N ancestral generator samples per head relation (Eq. 5)
+    pool_top: int = 40  # the pool's most probable bodies per head, always proposed
+    max_bodies: int = 80  # J: at most this many bodies per head per round
+    mining: dict[str, Any] = field(default_factory=dict)  # extra kwargs of rules.kg_mining.mine_chain_rules
+    support_starts: int = 2000  # at most this many start entities per head when counting mined supports
+    aggregator: Literal["sum", "max", "noisy-or"] = "sum"  # RulePredictor aggregation over rules
+    predictor: dict[str, Any] = field(default_factory=dict)  # rules.kg_predictor.PredictorConfig fields
+    report_valid: bool = True  # clients report their local valid MRR after fitting (one extra ranking pass)
+    counts: str = "every"  # AMIE counts for the rule store: every round, the last round only, or never
+    temperature: float = 0.5  # τ on the standardised rule scores
     standardize_scores: bool = True
     prior_weight: float = 0.0
-    kl_weight: float = 0.1         # λ of Eq. 2 / 11
+    kl_weight: float = 0.1  # λ of Eq. 2 / 11
     pool_mode: str = "momentum"
-    pool_ratio: float = 0.5        # posterior share mixed into the pool per round
-    local_only: bool = False       # each client alone: its own generator and pool, no server prior from others
-    eval_filter: str = "local"     # local: a client filters with its own train ∪ valid ∪ test; global: all parts
-    eval_batch_size: int = 0       # queries per scoring call (0: kg.linkpred's memory-bounded default)
-    top_k: int = 5                 # planted-rule recall is measured among the top-k bodies of each head
-    num_threads: int = 0           # torch threads for server and clients (0: unchanged)
+    pool_ratio: float = 0.5  # posterior share mixed into the pool per round
+    local_only: bool = False  # each client alone: its own generator and pool, no server prior from others
+    eval_filter: str = "local"  # local: a client filters with its own train ∪ valid ∪ test; global: all parts
+    eval_batch_size: int = 0  # queries per scoring call (0: kg.linkpred's memory-bounded default)
+    top_k: int = 5  # planted-rule recall is measured among the top-k bodies of each head
+    num_threads: int = 0  # torch threads for server and clients (0: unchanged)
     generator: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"method_kwargs (fednsl-kg): {name}={getattr(self, name)!r}; expected one of {allowed}")
+                raise ValueError(
+                    f"method_kwargs (fednsl-kg): {name}={getattr(self, name)!r}; expected one of {allowed}"
+                )
         if not 1 <= self.max_body_len <= 3:
             raise ValueError(f"method_kwargs (fednsl-kg): max_body_len must be 1..3, got {self.max_body_len}")
         for name in ("num_samples", "max_bodies"):

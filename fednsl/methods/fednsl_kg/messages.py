@@ -110,4 +110,6 @@ def decode_rank_sums(limbs: np.ndarray, count: int) -> RankingMetrics:
     if limbs.shape != (len(names), LIMBS):
         raise ValueError(f"rank_sums has shape {limbs.shape}, expected {(len(names), LIMBS)}")
     sums = {n: str(sum(int(limbs[i, k]) << (LIMB_BITS * k) for k in range(LIMBS))) for i, n in enumerate(names)}
-    return RankingMetrics.from_state_dict({"hits_at": list(RankingMetrics().hits_at), "count": int(count), "sums": sums})
+    return RankingMetrics.from_state_dict(
+        {"hits_at": list(RankingMetrics().hits_at), "count": int(count), "sums": sums}
+    )

@@ -17,7 +17,9 @@ from rules.kg_predictor import PredictorConfig, RulePredictor
 __all__ = ["rule_sets_from_rules", "score_rules"]
 
 
-def rule_sets_from_rules(rules: Iterable[Rule], num_relations: int, top: int | None = None) -> dict[int, list[tuple[int, ...]]]:
+def rule_sets_from_rules(
+    rules: Iterable[Rule], num_relations: int, top: int | None = None
+) -> dict[int, list[tuple[int, ...]]]:
     """Rules (forward heads, as the rule readers return them) → bodies per query relation 0..2R-1 (the inverse
     head gets the mirrored bodies). ``top``: keep each head's first ``top`` rules (file order)."""
     fwd: dict[int, list[tuple[int, ...]]] = {}
@@ -35,9 +37,17 @@ def rule_sets_from_rules(rules: Iterable[Rule], num_relations: int, top: int | N
     return out
 
 
-def score_rules(rules: Sequence[Rule], kg: KnowledgeGraph, *, aggregator: str = "sum", split: str = "test",
-                predictor: dict[str, Any] | None = None, seed: int = 0, top: int | None = None,
-                batch_size: int | None = None) -> tuple[RankingMetrics, dict[str, Any]]:
+def score_rules(
+    rules: Sequence[Rule],
+    kg: KnowledgeGraph,
+    *,
+    aggregator: str = "sum",
+    split: str = "test",
+    predictor: dict[str, Any] | None = None,
+    seed: int = 0,
+    top: int | None = None,
+    batch_size: int | None = None,
+) -> tuple[RankingMetrics, dict[str, Any]]:
     """Fit the predictor on ``rules`` over ``kg`` and rank ``split``; returns the metrics state and a log
     (rules used, heads, seconds). With no rules the predictor is its per-entity bias alone (a no-rule baseline)."""
     R = kg.num_relations
@@ -51,5 +61,9 @@ def score_rules(rules: Sequence[Rule], kg: KnowledgeGraph, *, aggregator: str = 
     model.fit(kg.train, kg.train, seed=seed, valid_triples=kg.valid if len(kg.valid) else None, num_relations=R)
     t1 = time.perf_counter()
     metrics = evaluate_link_prediction(model.score, kg, split, batch_size, known_answers(kg))
-    return metrics, {"rules": sum(len(b) for h, b in rule_sets.items() if h < R), "heads": sum(h < R for h in rule_sets),
-                     "fit_s": t1 - t0, "eval_s": time.perf_counter() - t1}
+    return metrics, {
+        "rules": sum(len(b) for h, b in rule_sets.items() if h < R),
+        "heads": sum(h < R for h in rule_sets),
+        "fit_s": t1 - t0,
+        "eval_s": time.perf_counter() - t1,
+    }

@@ -65,8 +65,11 @@ def _seed(seed: int, rnd: int, purpose: str) -> int:
     return derive_seed(int(seed), int(rnd), purpose)
 
 
-def planted_recall(pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
-                   rules: Sequence[tuple[int, Sequence[int]]], k: int) -> tuple[float, list[bool]]:
+def planted_recall(
+    pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
+    rules: Sequence[tuple[int, Sequence[int]]],
+    k: int,
+) -> tuple[float, list[bool]]:
     """Share of (forward head, body) rules whose body is among the k most probable pool bodies of its head."""
     hits = []
     for head, body in rules:
@@ -98,8 +101,12 @@ class _Group:
         self.name, self.members = name, tuple(members)
         self.model = RuleGenerator(s.gen_config, torch.Generator().manual_seed(_seed(s.seed, 0, f"init:{name}")))
         self.pool = RulePool(s.R, s.cfg.max_body_len)
-        self.store = RuleStore(s.relations, None, body_length=s.cfg.max_body_len,
-                               meta={"method": "fednsl-kg", "seed": s.seed, "group": name, **s.meta})
+        self.store = RuleStore(
+            s.relations,
+            None,
+            body_length=s.cfg.max_body_len,
+            meta={"method": "fednsl-kg", "seed": s.seed, "group": name, **s.meta},
+        )
         self.proposal: Proposal | None = None
         self.proposal_round = 0
         self.last_gen_loss: float | None = None
@@ -108,8 +115,17 @@ class _Group:
 class FedNSLKGStrategy(Strategy):
     """Server of fednsl-kg (module docstring)."""
 
-    def __init__(self, cfg: FedNSLKGConfig, relations: Sequence[str], clients: Sequence[str], seed: int, *,
-                 rounds: int = 1, planted: Sequence[tuple[int, Sequence[int]]] = (), meta: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        cfg: FedNSLKGConfig,
+        relations: Sequence[str],
+        clients: Sequence[str],
+        seed: int,
+        *,
+        rounds: int = 1,
+        planted: Sequence[tuple[int, Sequence[int]]] = (),
+        meta: Mapping[str, Any] | None = None,
+    ):
         self.cfg = cfg
         self.relations = tuple(relations)
         self.R = len(self.relations)
@@ -118,10 +134,18 @@ class FedNSLKGStrategy(Strategy):
         self.meta = dict(meta or {})
         self.planted = [(int(h), tuple(int(b) for b in body)) for h, body in planted]
         g = cfg.gen
-        self.gen_config = GeneratorConfig(num_relations=self.R, num_types=1, max_body_len=cfg.max_body_len,
-                                          d_model=g.d_model, nhead=g.nhead, num_encoder_layers=g.num_encoder_layers,
-                                          num_decoder_layers=g.num_decoder_layers, dim_feedforward=g.dim_feedforward,
-                                          dropout=g.dropout, positional=g.positional)
+        self.gen_config = GeneratorConfig(
+            num_relations=self.R,
+            num_types=1,
+            max_body_len=cfg.max_body_len,
+            d_model=g.d_model,
+            nhead=g.nhead,
+            num_encoder_layers=g.num_encoder_layers,
+            num_decoder_layers=g.num_decoder_layers,
+            dim_feedforward=g.dim_feedforward,
+            dropout=g.dropout,
+            positional=g.positional,
+        )
         ids = sorted(clients)
         groups = {c: [c] for c in ids} if cfg.local_only else {GLOBAL: ids}
         self.groups = {name: _Group(name, members, self) for name, members in groups.items()}
@@ -132,12 +156,20 @@ class FedNSLKGStrategy(Strategy):
     # -- stages ----------------------------------------------------------------------------------------------
     def declare_stages(self) -> tuple[Stage, ...]:
         """``train.stats`` (mined rules, round 1 until it succeeds), ``train`` (E-step / M-step), ``evaluate``."""
-        return (Stage("train.stats", self.configure_train_stats, self.aggregate_train_stats, reply=STATS_SCHEMA,
-                      request=Schema(config=("max_body_len",)), essential=True),
-                Stage("train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA,
-                      request=RULES_REQUEST_SCHEMA),
-                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=EVAL_SCHEMA,
-                      request=Schema()))
+        return (
+            Stage(
+                "train.stats",
+                self.configure_train_stats,
+                self.aggregate_train_stats,
+                reply=STATS_SCHEMA,
+                request=Schema(config=("max_body_len",)),
+                essential=True,
+            ),
+            Stage(
+                "train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA, request=RULES_REQUEST_SCHEMA
+            ),
+            Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=EVAL_SCHEMA, request=Schema()),
+        )
 
     def stages(self, rnd: int) -> Sequence[str]:
         return ("train", "evaluate") if self.initialised else ("train.stats", "train", "evaluate")
@@ -173,22 +205,34 @@ class FedNSLKGStrategy(Strategy):
             group.pool = RulePool.from_distributions(agg, self.R, self.cfg.max_body_len)
             losses += self._train_generator(group, rnd, self.cfg.gen.pretrain_epochs, "pretrain")
         if all(len(g.pool) == 0 for g in self.groups.values()):
-            raise RuntimeError(f"round {rnd}: no client mined any rule (replies {sorted(replies)}, failures "
-                               f"{dict(failures)}); fednsl-kg cannot build its rule pool")
+            raise RuntimeError(
+                f"round {rnd}: no client mined any rule (replies {sorted(replies)}, failures "
+                f"{dict(failures)}); fednsl-kg cannot build its rule pool"
+            )
         self.initialised = True
-        return {"heads": sum(len(g.pool) for g in self.groups.values()),
-                "pool_chains": sum(g.pool.num_chains for g in self.groups.values()),
-                "pretrain_loss": float(np.mean(losses)) if losses else 0.0, "time_generator_s": time.perf_counter() - t0}
+        return {
+            "heads": sum(len(g.pool) for g in self.groups.values()),
+            "pool_chains": sum(g.pool.num_chains for g in self.groups.values()),
+            "pretrain_loss": float(np.mean(losses)) if losses else 0.0,
+            "time_generator_s": time.perf_counter() - t0,
+        }
 
     def _train_generator(self, group: _Group, rnd: int, epochs: int, purpose: str) -> list[float]:
         if epochs <= 0 or group.pool.num_chains == 0:
             return []
         g = self.cfg.gen
         with torch_threads(self.cfg.num_threads):
-            losses = train_generator(group.model, group.pool, epochs=epochs, batch_size=g.batch_size, lr=g.lr,
-                                     samples_per_epoch=g.samples_per_epoch,
-                                     generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"{purpose}:{group.name}")),
-                                     uniform_mix=g.uniform_mix, lr_gamma=g.lr_gamma)
+            losses = train_generator(
+                group.model,
+                group.pool,
+                epochs=epochs,
+                batch_size=g.batch_size,
+                lr=g.lr,
+                samples_per_epoch=g.samples_per_epoch,
+                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"{purpose}:{group.name}")),
+                uniform_mix=g.uniform_mix,
+                lr_gamma=g.lr_gamma,
+            )
         group.last_gen_loss = losses[-1] if losses else None
         return losses[-1:]
 
@@ -199,8 +243,12 @@ class FedNSLKGStrategy(Strategy):
         heads = [t[0] for t in group.pool.triples]
         triples = torch.tensor([[h, 0, 0] for h in heads], dtype=torch.long).reshape(-1, 3)
         with torch_threads(c.num_threads):
-            sampled = sample_rules(group.model, triples, c.num_samples,
-                                   generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"sample:{group.name}")))
+            sampled = sample_rules(
+                group.model,
+                triples,
+                c.num_samples,
+                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"sample:{group.name}")),
+            )
         per_head: list[list[tuple[int, ...]]] = []
         per_counts: list[list[int]] = []
         for t, h in enumerate(heads):
@@ -247,8 +295,9 @@ class FedNSLKGStrategy(Strategy):
         out = {}
         for cid in clients:
             p = self._proposal(self.groups[self.group_of[cid]], rnd)
-            out[cid] = Message("train", rnd, arrays=p.arrays(), config={"use_prior": True,
-                                                                        "counts": self._counts_round(rnd)})
+            out[cid] = Message(
+                "train", rnd, arrays=p.arrays(), config={"use_prior": True, "counts": self._counts_round(rnd)}
+            )
         return out
 
     def _counts_round(self, rnd: int) -> bool:
@@ -268,7 +317,9 @@ class FedNSLKGStrategy(Strategy):
             for cid, msg in group_replies.items():
                 a = msg.arrays
                 if a["posterior"].shape != (T, J):
-                    raise ValueError(f"client {cid}: posterior has shape {a['posterior'].shape}, the round's rules {(T, J)}")
+                    raise ValueError(
+                        f"client {cid}: posterior has shape {a['posterior'].shape}, the round's rules {(T, J)}"
+                    )
                 m = a["mask"].astype(bool) & p.mask
                 n = a["instances"].astype(np.float64) * m.any(1)
                 num += np.where(m, a["posterior"], 0.0) * n[:, None]
@@ -280,26 +331,51 @@ class FedNSLKGStrategy(Strategy):
             agg[has] /= agg[has].sum(1, keepdims=True)
             posteriors = {}
             for t in np.nonzero(has)[0].tolist():
-                posteriors[(int(p.heads[t]), 0, 0)] = {strip(p.bodies[t, j], self.R): float(agg[t, j])
-                                                       for j in np.nonzero(p.mask[t])[0].tolist() if agg[t, j] > 0}
-            group.pool.update(posteriors, self.cfg.pool_mode, self.cfg.pool_ratio,  # type: ignore[arg-type]
-                              num_samples=self.cfg.num_samples,
-                              generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"pool:{name}")))
+                posteriors[(int(p.heads[t]), 0, 0)] = {
+                    strip(p.bodies[t, j], self.R): float(agg[t, j])
+                    for j in np.nonzero(p.mask[t])[0].tolist()
+                    if agg[t, j] > 0
+                }
+            group.pool.update(
+                posteriors,
+                self.cfg.pool_mode,  # type: ignore[arg-type]
+                self.cfg.pool_ratio,
+                num_samples=self.cfg.num_samples,
+                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"pool:{name}")),
+            )
             losses += self._train_generator(group, rnd, self.cfg.gen.epochs, "generator")
             self._record(group, rnd, p, agg, has, group_replies, counts if self._counts_round(rnd) else None)
             updated += int(has.sum())
-        return {"heads_updated": updated, "pool_chains": sum(g.pool.num_chains for g in self.groups.values()),
-                "generator_loss": float(np.mean(losses)) if losses else 0.0, "time_aggregate_s": time.perf_counter() - t0}
+        return {
+            "heads_updated": updated,
+            "pool_chains": sum(g.pool.num_chains for g in self.groups.values()),
+            "generator_loss": float(np.mean(losses)) if losses else 0.0,
+            "time_aggregate_s": time.perf_counter() - t0,
+        }
 
-    def _record(self, group: _Group, rnd: int, p: Proposal, agg: np.ndarray, has: np.ndarray,
-                replies: Mapping[str, Message], counts: Mapping[str, np.ndarray] | None) -> None:
+    def _record(
+        self,
+        group: _Group,
+        rnd: int,
+        p: Proposal,
+        agg: np.ndarray,
+        has: np.ndarray,
+        replies: Mapping[str, Message],
+        counts: Mapping[str, np.ndarray] | None,
+    ) -> None:
         for t, r in enumerate(p.heads.tolist()):
             m = p.mask[t]
             if not m.any():
                 continue
             key = (int(r), 0, 0)
-            group.store.add_triple(key, p.bodies[t][m], np.exp(p.log_prior[t][m]), log_prior=p.log_prior[t][m],
-                                   sample_counts=p.counts[t][m], round=rnd)
+            group.store.add_triple(
+                key,
+                p.bodies[t][m],
+                np.exp(p.log_prior[t][m]),
+                log_prior=p.log_prior[t][m],
+                sample_counts=p.counts[t][m],
+                round=rnd,
+            )
             if has[t]:
                 group.store.record_global(key, agg[t][m])
             for cid, msg in replies.items():
@@ -327,9 +403,13 @@ class FedNSLKGStrategy(Strategy):
         out: Metrics = {f"test_{k}": float(v) for k, v in agg.items() if not math.isnan(v)}
         for cid, vals in per_client.items():
             out[f"{cid}.test_mrr"] = vals["test_mrr"] if not math.isnan(vals["test_mrr"]) else 0.0
-        self.last_eval = {**{f"test_{k}": float(agg[k]) for k in TEST_KEYS},
-                          "test_mrr_pessimistic": float(agg["mrr_pessimistic"]), "test_queries": int(total.count),
-                          "clients": per_client, "round": rnd}
+        self.last_eval = {
+            **{f"test_{k}": float(agg[k]) for k in TEST_KEYS},
+            "test_mrr_pessimistic": float(agg["mrr_pessimistic"]),
+            "test_queries": int(total.count),
+            "clients": per_client,
+            "round": rnd,
+        }
         return out
 
     def evaluate(self, rnd: int) -> Metrics:
@@ -346,11 +426,15 @@ class FedNSLKGStrategy(Strategy):
     def state_dict(self) -> dict[str, Any]:
         groups = {}
         for name, g in self.groups.items():
-            groups[name] = {"model": {k: v.clone() for k, v in g.model.state_dict().items()},
-                            "pool": g.pool.state_dict(), "store": json.dumps(g.store.to_json(), allow_nan=False),
-                            "proposal": None if g.proposal is None else
-                            {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in vars(g.proposal).items()},
-                            "proposal_round": g.proposal_round}
+            groups[name] = {
+                "model": {k: v.clone() for k, v in g.model.state_dict().items()},
+                "pool": g.pool.state_dict(),
+                "store": json.dumps(g.store.to_json(), allow_nan=False),
+                "proposal": None
+                if g.proposal is None
+                else {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in vars(g.proposal).items()},
+                "proposal_round": g.proposal_round,
+            }
         return {"groups": groups, "initialised": self.initialised, "last_eval": json.dumps(self.last_eval)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -359,7 +443,9 @@ class FedNSLKGStrategy(Strategy):
             g.model.load_state_dict(gs["model"])
             g.pool.load_state_dict(gs["pool"])
             g.store = RuleStore.from_json(json.loads(gs["store"]))
-            g.proposal = None if gs["proposal"] is None else Proposal(**{k: v.numpy() for k, v in gs["proposal"].items()})
+            g.proposal = (
+                None if gs["proposal"] is None else Proposal(**{k: v.numpy() for k, v in gs["proposal"].items()})
+            )
             g.proposal_round = int(gs["proposal_round"])
         self.initialised = bool(state["initialised"])
         self.last_eval = json.loads(state["last_eval"])
@@ -371,7 +457,9 @@ class FedNSLKGStrategy(Strategy):
             if self.planted and not self.cfg.local_only:
                 recall, hits = planted_recall(g.pool.distributions(), self.planted, self.cfg.top_k)
                 g.store.meta[f"planted_recall_top{self.cfg.top_k}"] = None if math.isnan(recall) else recall
-                g.store.meta["planted_rules"] = [{"rule": g.store.rule_text((h, 0, 0), b), "in_top_k": hit}
-                                                 for (h, b), hit in zip(self.planted, hits)]
+                g.store.meta["planted_rules"] = [
+                    {"rule": g.store.rule_text((h, 0, 0), b), "in_top_k": hit}
+                    for (h, b), hit in zip(self.planted, hits)
+                ]
             g.store.meta["test"] = {k: v for k, v in self.last_eval.items() if k != "clients"}
             g.store.save(run_dir if name == GLOBAL else run_dir / "local" / name)

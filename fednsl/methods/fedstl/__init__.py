@@ -10,6 +10,7 @@ Evaluation reports FedSTL (client models), FedSTL-S (cluster models, prefix ``s_
 
 from __future__ import annotations
 
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
 from fednsl.methods.fedstl.client import FedSTLClient
@@ -18,11 +19,18 @@ from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.methods.fedstl.strategy import FedSTLStrategy
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.federated import make_clients, ts_setup
-from fednsl.common.torch_utils import get_weights
 from fednsl.tasks.timeseries.properties import has_band
 
-__all__ = ["FedSTLClient", "FedSTLConfig", "FedSTLStrategy", "alignment_losses", "assign", "build_fedstl",
-           "cluster_id", "cluster_predictions"]
+__all__ = [
+    "FedSTLClient",
+    "FedSTLConfig",
+    "FedSTLStrategy",
+    "alignment_losses",
+    "assign",
+    "build_fedstl",
+    "cluster_id",
+    "cluster_predictions",
+]
 
 
 @register_method("fedstl", doc="FedSTL: STL-property clustering + logic-regularised personalised FL (An et al. 2024)")
@@ -30,13 +38,24 @@ def build_fedstl(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedSTLConfig, config.method_kwargs, "method_kwargs (fedstl)")
     setup = ts_setup(config, cfg)
     if cfg.lp in ("l1", "squared") and not has_band(setup.template):
-        raise ValueError(f"method_kwargs (fedstl): lp={cfg.lp!r} needs a band template (operational_range), "
-                         f"got {setup.template.name!r}; use lp='violation'")
+        raise ValueError(
+            f"method_kwargs (fedstl): lp={cfg.lp!r} needs a band template (operational_range), "
+            f"got {setup.template.name!r}; use lp='violation'"
+        )
     initial = [get_weights(setup.new_model(setup.model_seed("cluster", j))) for j in range(cfg.num_clusters)]
-    clients = make_clients(setup, lambda cid, series, model: FedSTLClient(
-        cid, series, model, setup.template, setup.margin, cfg.eval_split, cfg.threads))
-    strategy = FedSTLStrategy(cfg, config.rounds, config.seed, setup.template, setup.data.horizon, initial,
-                              lambda: setup.new_model(0))
-    summary = {**setup.summary(), "num_clusters": cfg.num_clusters, "rule": cfg.rule,
-               "train_examples": int(sum(c.num_examples for c in clients.values()))}
+    clients = make_clients(
+        setup,
+        lambda cid, series, model: FedSTLClient(
+            cid, series, model, setup.template, setup.margin, cfg.eval_split, cfg.threads
+        ),
+    )
+    strategy = FedSTLStrategy(
+        cfg, config.rounds, config.seed, setup.template, setup.data.horizon, initial, lambda: setup.new_model(0)
+    )
+    summary = {
+        **setup.summary(),
+        "num_clusters": cfg.num_clusters,
+        "rule": cfg.rule,
+        "train_examples": int(sum(c.num_examples for c in clients.values())),
+    }
     return Federation(strategy, clients, summary)

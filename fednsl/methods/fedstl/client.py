@@ -20,12 +20,12 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from fednsl.federation.records import Message
-from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
+from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.tasks.timeseries.properties import property_loss
 from fednsl.tasks.timeseries.training import predict, sgd_epochs
-from fednsl.federation.roles import handles
 
 
 def shared_sample(n: int, fraction: float, seed: int) -> np.ndarray:
@@ -42,9 +42,11 @@ class FedSTLClient(ForecastClient):
     @handles("share")
     def share(self, msg: Message) -> Message:
         idx = shared_sample(self.num_examples, float(msg.config["shared_fraction"]), int(msg.config["seed"]))
-        return msg.reply(self.cid, arrays={"x_s": self.data.x_train[idx], "y_s": self.data.y_train[idx],
-                                           "property": self.prop.vector()},
-                         metrics={"num_examples": self.num_examples, "num_shared": len(idx)})
+        return msg.reply(
+            self.cid,
+            arrays={"x_s": self.data.x_train[idx], "y_s": self.data.y_train[idx], "property": self.prop.vector()},
+            metrics={"num_examples": self.num_examples, "num_shared": len(idx)},
+        )
 
     def _load_cluster(self, arrays: Mapping[str, np.ndarray]) -> None:
         """ϕ_j from the cluster beside the client's own head h_i (Alg. 2 line 6).  Before its first
@@ -68,8 +70,11 @@ class FedSTLClient(ForecastClient):
         lp_before = self._lp(str(c["lp"]))
         loss = sgd_epochs(self.model, self.x, self.y, gen=self.seed_generator(msg), objective=obj, **sgd_kwargs(c))
         self.local = get_weights(self.model)
-        return msg.reply(self.cid, arrays=get_weights(self.model, self.model.shared_keys()),
-                         metrics={"num_examples": self.num_examples, "train_loss": loss, "lp_before": lp_before})
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model, self.model.shared_keys()),
+            metrics={"num_examples": self.num_examples, "train_loss": loss, "lp_before": lp_before},
+        )
 
     @torch.no_grad()
     def _lp(self, kind: str) -> float:

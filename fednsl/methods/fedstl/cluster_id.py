@@ -27,8 +27,9 @@ def cluster_predictions(models: Sequence[torch.nn.Module], x: torch.Tensor) -> t
     return torch.stack([predict(m, flat).reshape(n, s, -1) for m in models])
 
 
-def alignment_losses(preds: torch.Tensor, props: Sequence[ClientProperty], measure: str = "lp",
-                     lp: str = "l1") -> torch.Tensor:
+def alignment_losses(
+    preds: torch.Tensor, props: Sequence[ClientProperty], measure: str = "lp", lp: str = "l1"
+) -> torch.Tensor:
     """``(K, N)`` loss of cluster ``j``'s forecasts ``preds (K, N, S, H)`` under client ``i``'s property.
 
     ``measure="lp"``: the L_p of FedSTL Eq. 2 averaged over the sample — for band properties
@@ -57,9 +58,16 @@ def assign(loss: torch.Tensor, rule: str = "argmin", capacity: int | None = None
     raise ValueError(f"rule must be 'argmin' or 'balanced', got {rule!r}")
 
 
-def cluster_id(models: Sequence[torch.nn.Module], x: torch.Tensor, props: Sequence[ClientProperty], *,
-               rule: str = "argmin", capacity: int | None = None, measure: str = "lp",
-               lp: str = "l1") -> tuple[np.ndarray, torch.Tensor]:
+def cluster_id(
+    models: Sequence[torch.nn.Module],
+    x: torch.Tensor,
+    props: Sequence[ClientProperty],
+    *,
+    rule: str = "argmin",
+    capacity: int | None = None,
+    measure: str = "lp",
+    lp: str = "l1",
+) -> tuple[np.ndarray, torch.Tensor]:
     """CLUSTER_ID for samples ``x (N, S, L)``: returns (assignment ``(N,)``, loss matrix ``(K, N)``)."""
     loss = alignment_losses(cluster_predictions(models, x), props, measure, lp)
     return assign(loss, rule, capacity), loss

@@ -20,21 +20,21 @@ class FedSTLConfig(TSTrainConfig):
     ``local_epochs`` = τ (client epochs on Eq. 2), ``cluster_epochs`` = κ (cluster epochs on Eq. 4);
     paper main text 6 + 4, appendix 8 + 2, code 10 + 2 (default)."""
 
-    num_clusters: int = 5             # K (FedSTL App.: 5)
-    rule: str = "argmin"              # CLUSTER_ID line 10: "argmin" (paper) | "balanced" (code's greedy)
-    capacity: int | None = None       # balanced: members per cluster (None: ceil(participants / K))
-    cluster_every: int = 1            # m: run CLUSTER_ID every m rounds (code: every round)
-    cluster_measure: str = "lp"       # Alg. 1 line 8: "lp" (L_p, paper) or a rules.stl measure
-    lam: float = 1.0                  # λ of Eq. 2 / 4 (unreported; code: 1)
-    lp: str = "l1"                    # L_p: "l1" (paper), "squared" (code), "violation" (LogiCP g)
-    cluster_epochs: int = 2           # κ (code: cluster_fine_tune_iter = 2)
-    cluster_lr: float | None = None   # η_j of Eq. 4 (None: lr)
+    num_clusters: int = 5  # K (FedSTL App.: 5)
+    rule: str = "argmin"  # CLUSTER_ID line 10: "argmin" (paper) | "balanced" (code's greedy)
+    capacity: int | None = None  # balanced: members per cluster (None: ceil(participants / K))
+    cluster_every: int = 1  # m: run CLUSTER_ID every m rounds (code: every round)
+    cluster_measure: str = "lp"  # Alg. 1 line 8: "lp" (L_p, paper) or a rules.stl measure
+    lam: float = 1.0  # λ of Eq. 2 / 4 (unreported; code: 1)
+    lp: str = "l1"  # L_p: "l1" (paper), "squared" (code), "violation" (LogiCP g)
+    cluster_epochs: int = 2  # κ (code: cluster_fine_tune_iter = 2)
+    cluster_lr: float | None = None  # η_j of Eq. 4 (None: lr)
     cluster_property: str = "cluster"  # Eq. 4 φ_j: "cluster" (mined on the cluster's data) | "owner" (each
     #                                   sample under its owner's φ_i)
-    head_init: str = "cluster"        # a client's head before its first update: "cluster" (copy of the cluster
+    head_init: str = "cluster"  # a client's head before its first update: "cluster" (copy of the cluster
     #                                   head it joins) | "own" (its random initial head)
-    shared_fraction: float = 0.5      # share of each client's training windows sent as D_i^s (code: 50 %)
-    sample_size: int | None = None    # windows per client scored by CLUSTER_ID (None: min over clients)
+    shared_fraction: float = 0.5  # share of each client's training windows sent as D_i^s (code: 50 %)
+    sample_size: int | None = None  # windows per client scored by CLUSTER_ID (None: min over clients)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -29,18 +29,17 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from kg.seeding import derive_seed
+from fednsl.common.torch_utils import get_weights, set_weights, torch_threads
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema, weights_request_schema
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema, weights_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.fedstl.cluster_id import cluster_id
 from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.tasks.timeseries.federated import TSStrategy
 from fednsl.tasks.timeseries.models import Forecaster
-from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.properties import ClientProperty, band_loss, mine_property, property_loss, stack_bands
 from fednsl.tasks.timeseries.training import sgd_epochs
-from fednsl.common.torch_utils import torch_threads
+from kg.seeding import derive_seed
 from rules import stl
 
 
@@ -54,8 +53,16 @@ _CLUSTER_PURPOSE = int.from_bytes(b"cluster\0", "little")
 
 
 class FedSTLStrategy(TSStrategy):
-    def __init__(self, cfg: FedSTLConfig, rounds: int, seed: int, template: stl.Template, horizon: int,
-                 initial: Sequence[Mapping[str, np.ndarray]], model_factory: Callable[[], Forecaster]) -> None:
+    def __init__(
+        self,
+        cfg: FedSTLConfig,
+        rounds: int,
+        seed: int,
+        template: stl.Template,
+        horizon: int,
+        initial: Sequence[Mapping[str, np.ndarray]],
+        model_factory: Callable[[], Forecaster],
+    ) -> None:
         super().__init__(cfg, rounds)
         self.cfg: FedSTLConfig = cfg
         self.seed, self.template, self.horizon = int(seed), template, int(horizon)
@@ -65,7 +72,7 @@ class FedSTLStrategy(TSStrategy):
         self.samples: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # cid -> (x_s, y_s)
         self.property_vectors: dict[str, np.ndarray] = {}
         self.assignment: dict[str, int] = {}
-        self.sent: dict[str, int] = {}       # cluster each client was sent this round
+        self.sent: dict[str, int] = {}  # cluster each client was sent this round
         self.history: list[dict[str, Any]] = []
 
     @property
@@ -114,8 +121,15 @@ class FedSTLStrategy(TSStrategy):
         x = torch.from_numpy(np.stack([self.samples[c][0][:s] for c in ids]))
         cap = self.cfg.capacity if self.cfg.capacity is not None else math.ceil(len(ids) / self.K)
         with torch_threads(self.cfg.threads):
-            assign, loss = cluster_id(self._nets(), x, [self.prop(c) for c in ids], rule=self.cfg.rule,
-                                      capacity=cap, measure=self.cfg.cluster_measure, lp=self.cfg.lp)
+            assign, loss = cluster_id(
+                self._nets(),
+                x,
+                [self.prop(c) for c in ids],
+                rule=self.cfg.rule,
+                capacity=cap,
+                measure=self.cfg.cluster_measure,
+                lp=self.cfg.lp,
+            )
         return assign, loss
 
     def _sizes(self) -> dict[str, int]:
@@ -123,8 +137,14 @@ class FedSTLStrategy(TSStrategy):
         return {**{f"cluster{j}_size": int(n) for j, n in enumerate(counts)}, "clusters_used": int((counts > 0).sum())}
 
     def _log(self, rnd: int, event: str, ids: Sequence[str]) -> None:
-        self.history.append({"round": rnd, "event": event, "clients": list(ids),
-                             "assignment": {c: int(self.assignment[c]) for c in sorted(self.assignment)}})
+        self.history.append(
+            {
+                "round": rnd,
+                "event": event,
+                "clients": list(ids),
+                "assignment": {c: int(self.assignment[c]) for c in sorted(self.assignment)},
+            }
+        )
 
     # -- train ---------------------------------------------------------------------------------------
     def configure_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
@@ -137,8 +157,10 @@ class FedSTLStrategy(TSStrategy):
         config = {**self.cfg.sgd_config(), "lam": self.cfg.lam, "lp": self.cfg.lp, "head_init": self.cfg.head_init}
         self.sent = {c: int(self.assignment.get(c, fallback)) for c in clients}
         keys = self.shared_keys if self.cfg.head_init == "own" else list(self.models[0])
-        return {c: Message("train", rnd, arrays={k: self.models[j][k] for k in keys}, config=config)
-                for c, j in self.sent.items()}
+        return {
+            c: Message("train", rnd, arrays={k: self.models[j][k] for k in keys}, config=config)
+            for c, j in self.sent.items()
+        }
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         out: Metrics = {}
@@ -196,14 +218,26 @@ class FedSTLStrategy(TSStrategy):
             def objective(p: torch.Tensor, t: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
                 mse = (p - t).pow(2).mean()
                 return mse + lam * band_loss(p, lower, upper, lp) if lam else mse
+
         net = self.net
         set_weights(net, self.models[j])
         gen = torch.Generator().manual_seed(derive_seed(self.seed, rnd, j, _CLUSTER_PURPOSE))
         with torch_threads(cfg.threads):
-            loss = sgd_epochs(net, x, y, epochs=cfg.cluster_epochs, batch_size=cfg.batch_size,
-                              lr=cfg.cluster_lr or cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                              max_batches=cfg.max_batches, grad_clip=cfg.grad_clip, gen=gen,
-                              objective=objective, aux=aux)
+            loss = sgd_epochs(
+                net,
+                x,
+                y,
+                epochs=cfg.cluster_epochs,
+                batch_size=cfg.batch_size,
+                lr=cfg.cluster_lr or cfg.lr,
+                momentum=cfg.momentum,
+                weight_decay=cfg.weight_decay,
+                max_batches=cfg.max_batches,
+                grad_clip=cfg.grad_clip,
+                gen=gen,
+                objective=objective,
+                aux=aux,
+            )
         self.models[j] = get_weights(net)
         return loss
 
@@ -213,29 +247,50 @@ class FedSTLStrategy(TSStrategy):
         out = {}
         for c in clients:
             j = int(self.assignment.get(c, fallback))
-            out[c] = Message("evaluate", rnd, arrays=self.models[j], config={"split": self.cfg.eval_split, "cluster": j})
+            out[c] = Message(
+                "evaluate", rnd, arrays=self.models[j], config={"split": self.cfg.eval_split, "cluster": j}
+            )
         return out
 
     def declare_stages(self) -> tuple[Stage, ...]:
         request = lambda: weights_request_schema(self.models[0])  # noqa: E731
-        return (Stage("share", self.configure_share, self.aggregate_share, reply=self.share_reply_schema,
-                      request=Schema(config=("shared_fraction",))),
-                Stage("train", self.configure_train, self.aggregate_train,
-                      reply=lambda: weights_schema(self.shared_keys, extra_metrics=("train_loss", "lp_before")),
-                      request=request),
-                self.evaluate_stage(request))
+        return (
+            Stage(
+                "share",
+                self.configure_share,
+                self.aggregate_share,
+                reply=self.share_reply_schema,
+                request=Schema(config=("shared_fraction",)),
+            ),
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=lambda: weights_schema(self.shared_keys, extra_metrics=("train_loss", "lp_before")),
+                request=request,
+            ),
+            self.evaluate_stage(request),
+        )
 
     def share_reply_schema(self) -> Schema:
-        return Schema(arrays=(ArraySpec("x_s", "scores", "float", ("S", self.net.input_len)),
-                              ArraySpec("y_s", "scores", "float", ("S", self.horizon)),
-                              ArraySpec("property", "scores", "float", (len(self.template.params),))),
-                      metrics=("num_examples", "num_shared"))
+        return Schema(
+            arrays=(
+                ArraySpec("x_s", "scores", "float", ("S", self.net.input_len)),
+                ArraySpec("y_s", "scores", "float", ("S", self.horizon)),
+                ArraySpec("property", "scores", "float", (len(self.template.params),)),
+            ),
+            metrics=("num_examples", "num_shared"),
+        )
 
     # -- state ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"models": [_copy(m) for m in self.models], "samples": dict(self.samples),
-                "property_vectors": dict(self.property_vectors), "assignment": dict(self.assignment),
-                "history": list(self.history)}
+        return {
+            "models": [_copy(m) for m in self.models],
+            "samples": dict(self.samples),
+            "property_vectors": dict(self.property_vectors),
+            "assignment": dict(self.assignment),
+            "history": list(self.history),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.models = [_copy(m) for m in state["models"]]
@@ -250,9 +305,15 @@ class FedSTLStrategy(TSStrategy):
         for j in range(self.K):
             p = self.cluster_property(j)
             if p is not None:
-                props[str(j)] = {"formula": str(stl.instantiate(self.template, {k: float(v[0]) for k, v in p.params.items()})),
-                                 "lower": p.lower.tolist() if p.lower is not None else None,
-                                 "upper": p.upper.tolist() if p.upper is not None else None}
-        payload = {"assignment": {c: int(a) for c, a in sorted(self.assignment.items())}, **self._sizes(),
-                   "cluster_properties": props, "history": self.history}
+                props[str(j)] = {
+                    "formula": str(stl.instantiate(self.template, {k: float(v[0]) for k, v in p.params.items()})),
+                    "lower": p.lower.tolist() if p.lower is not None else None,
+                    "upper": p.upper.tolist() if p.upper is not None else None,
+                }
+        payload = {
+            "assignment": {c: int(a) for c, a in sorted(self.assignment.items())},
+            **self._sizes(),
+            "cluster_properties": props,
+            "history": self.history,
+        }
         (Path(run_dir) / "clusters.json").write_text(json.dumps(payload, indent=1))

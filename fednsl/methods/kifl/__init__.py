@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kg.seeding import derive_seed
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import CONFIG_DIR, RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.common.torch_utils import get_weights
 from fednsl.methods.kifl.client import ClientKnowledge, KIFLClient
 from fednsl.methods.kifl.config import KIFLConfig, KIFLDataConfig
 from fednsl.methods.kifl.data import ClientSplit, Dataset, load_dataset, partition
@@ -22,9 +21,17 @@ from fednsl.methods.kifl.knowledge import km_from_spec
 from fednsl.methods.kifl.models import build_model
 from fednsl.methods.kifl.strategy import KIFLStrategy
 from fednsl.registry import build_kwargs, register_method
+from kg.seeding import derive_seed
 
-__all__ = ["KIFLClient", "KIFLConfig", "KIFLDataConfig", "KIFLStrategy", "build_kifl", "build_kifl_federation",
-           "client_knowledge"]
+__all__ = [
+    "KIFLClient",
+    "KIFLConfig",
+    "KIFLDataConfig",
+    "KIFLStrategy",
+    "build_kifl",
+    "build_kifl_federation",
+    "client_knowledge",
+]
 
 _ENTRY_KEYS = {"prediction", "range", "lam"}
 
@@ -47,32 +54,64 @@ def _entry(knowledge: Mapping[str, Any], cid: str, ids: list[str]) -> dict[str, 
     return out
 
 
-def client_knowledge(cid: str, index: int, split: ClientSplit, ds: Dataset, cfg: KIFLConfig, seed: int,
-                     ids: list[str]) -> tuple[ClientKnowledge, float]:
+def client_knowledge(
+    cid: str, index: int, split: ClientSplit, ds: Dataset, cfg: KIFLConfig, seed: int, ids: list[str]
+) -> tuple[ClientKnowledge, float]:
     """Build client ``cid``'s KMs from ``cfg.knowledge`` and its λ^m (the KMs are fitted on its slice only)."""
     entry = _entry(cfg.knowledge, cid, ids)
     fseed = derive_seed(seed, index, 0x4B4D)
     fitter = KnowledgeFitter(cid, split, ds.num_classes, ds.image_shape, float(ds.hi.max()), fseed)
-    common = dict(image_shape=ds.image_shape, feature_names=ds.feature_names, class_names=ds.class_names,
-                  base_dir=CONFIG_DIR.parent)  # 'configs/kifl/…' paths of the shipped configs
+    common = dict(
+        image_shape=ds.image_shape,
+        feature_names=ds.feature_names,
+        class_names=ds.class_names,
+        base_dir=CONFIG_DIR.parent,
+    )  # 'configs/kifl/…' paths of the shipped configs
     where = f"method_kwargs.knowledge[{cid}]"
-    pkm = km_from_spec(entry.get("prediction"), "prediction", ds.num_classes, where=f"{where}.prediction",
-                       fit=lambda n, o, v: fitter(n, o, v, "prediction"), **common)
+    pkm = km_from_spec(
+        entry.get("prediction"),
+        "prediction",
+        ds.num_classes,
+        where=f"{where}.prediction",
+        fit=lambda n, o, v: fitter(n, o, v, "prediction"),
+        **common,
+    )
     fitter.pkm = pkm  # type: ignore[assignment]
-    rkm = km_from_spec(entry.get("range"), "range", ds.num_classes, where=f"{where}.range",
-                       fit=lambda n, o, v: fitter(n, o, v, "range"), **common)
+    rkm = km_from_spec(
+        entry.get("range"),
+        "range",
+        ds.num_classes,
+        where=f"{where}.range",
+        fit=lambda n, o, v: fitter(n, o, v, "range"),
+        **common,
+    )
     lam = float(cfg.lam_per_client.get(cid, entry.get("lam", cfg.lam)))
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"{where}: λ must be in [0, 1], got {lam}")
     return ClientKnowledge(cid, ds.num_classes, pkm, rkm, cfg.conflict), lam
 
 
-def build_kifl_federation(ds: Dataset, cfg: KIFLConfig, dcfg: KIFLDataConfig, seed: int,
-                          knowledge_cache: dict[Any, tuple[ClientKnowledge, float]] | None = None) -> Federation:
+def build_kifl_federation(
+    ds: Dataset,
+    cfg: KIFLConfig,
+    dcfg: KIFLDataConfig,
+    seed: int,
+    knowledge_cache: dict[Any, tuple[ClientKnowledge, float]] | None = None,
+) -> Federation:
     """The federation for a loaded data set; ``knowledge_cache`` reuses fitted KMs across runs of one seed."""
-    bad = sorted(set(cfg.lam_per_client) - {f"c{i:0{len(str(dcfg.num_clients - 1))}d}" for i in range(dcfg.num_clients)})
-    splits = partition(ds, dcfg.num_clients, dcfg.classes_per_client, dcfg.train_fraction, dcfg.km_fraction,
-                       dcfg.test_ratio, seed, dcfg.max_samples)
+    bad = sorted(
+        set(cfg.lam_per_client) - {f"c{i:0{len(str(dcfg.num_clients - 1))}d}" for i in range(dcfg.num_clients)}
+    )
+    splits = partition(
+        ds,
+        dcfg.num_clients,
+        dcfg.classes_per_client,
+        dcfg.train_fraction,
+        dcfg.km_fraction,
+        dcfg.test_ratio,
+        seed,
+        dcfg.max_samples,
+    )
     ids = sorted(splits)
     if bad:
         raise ValueError(f"method_kwargs.lam_per_client: unknown client id(s) {bad}; clients are {ids}")
@@ -95,11 +134,15 @@ def build_kifl_federation(ds: Dataset, cfg: KIFLConfig, dcfg: KIFLDataConfig, se
                 knowledge_cache[key] = (know, lam)
         clients[cid] = KIFLClient(cid, splits[cid], make_model(), know, lam, cfg, ds.scale)
     init = get_weights(make_model())
-    summary = {"dataset": ds.name, "source": ds.source, "clients": len(clients),
-               "train_examples": int(sum(len(s.y_train) for s in splits.values())),
-               "test_examples": int(sum(len(s.y_test) for s in splits.values())),
-               "knowledge_slice": int(sum(len(s.y_km) for s in splits.values())),
-               "classes": {cid: list(s.classes) for cid, s in splits.items()}}
+    summary = {
+        "dataset": ds.name,
+        "source": ds.source,
+        "clients": len(clients),
+        "train_examples": int(sum(len(s.y_train) for s in splits.values())),
+        "test_examples": int(sum(len(s.y_test) for s in splits.values())),
+        "knowledge_slice": int(sum(len(s.y_km) for s in splits.values())),
+        "classes": {cid: list(s.classes) for cid, s in splits.items()},
+    }
     return Federation(KIFLStrategy(init, cfg), clients, summary)
 
 

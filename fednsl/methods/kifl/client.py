@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
-from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.methods.kifl.combine import knowledge_injected, nll, resolve_conflicts
 from fednsl.methods.kifl.config import KIFLConfig
 from fednsl.methods.kifl.data import ClientSplit
@@ -36,18 +36,19 @@ __all__ = ["ClientKnowledge", "KIFLClient", "KMOutputs"]
 class KMOutputs:
     """KM outputs on a block of rows: admissible mask (R-KM, and after the Assumption 5.1 repair) and P-KM ids."""
 
-    allowed_rkm: np.ndarray     # (n, k) bool, g_r as given (POV is measured against it)
-    allowed: np.ndarray         # (n, k) bool, used by T^m
-    pkm: np.ndarray             # (n,) int64, -1 = no P-KM term on that row
-    pkm_raw: np.ndarray         # (n,) int64, the P-KM's own answer
-    conflicts: int              # rows where the P-KM class was not admissible
+    allowed_rkm: np.ndarray  # (n, k) bool, g_r as given (POV is measured against it)
+    allowed: np.ndarray  # (n, k) bool, used by T^m
+    pkm: np.ndarray  # (n,) int64, -1 = no P-KM term on that row
+    pkm_raw: np.ndarray  # (n,) int64, the P-KM's own answer
+    conflicts: int  # rows where the P-KM class was not admissible
 
 
 class ClientKnowledge:
     """A client's P-KM and R-KM with output checks that name the client."""
 
-    def __init__(self, cid: str, num_classes: int, pkm: PredictionKM | None, rkm: RangeKM | None,
-                 conflict: str = "drop_pkm"):
+    def __init__(
+        self, cid: str, num_classes: int, pkm: PredictionKM | None, rkm: RangeKM | None, conflict: str = "drop_pkm"
+    ):
         self.cid, self.k, self.pkm, self.conflict = cid, num_classes, pkm, conflict
         self.rkm: RangeKM = rkm if rkm is not None else FullRangeKM(num_classes)
 
@@ -65,8 +66,16 @@ class ClientKnowledge:
 class KIFLClient(Client):
     """Private data + KMs + a copy of the server model; trains and predicts through T^m when ``with_km``."""
 
-    def __init__(self, cid: str, data: ClientSplit, model: nn.Module, knowledge: ClientKnowledge, lam: float,
-                 cfg: KIFLConfig, scale: Callable[[np.ndarray], np.ndarray]):
+    def __init__(
+        self,
+        cid: str,
+        data: ClientSplit,
+        model: nn.Module,
+        knowledge: ClientKnowledge,
+        lam: float,
+        cfg: KIFLConfig,
+        scale: Callable[[np.ndarray], np.ndarray],
+    ):
         self.cid, self.data, self.model, self.knowledge = cid, data, model, knowledge
         self.lam, self.cfg, self.scale = float(lam), cfg, scale
         self.x_train = torch.from_numpy(scale(data.x_train))
@@ -76,7 +85,7 @@ class KIFLClient(Client):
         self.km_train = knowledge.evaluate(data.x_train)
         self.km_test = knowledge.evaluate(data.x_test)
         self.initial = get_weights(model)
-        self.local_weights: dict[str, np.ndarray] | None = None   # ML / MLwKM: this client's own θ
+        self.local_weights: dict[str, np.ndarray] | None = None  # ML / MLwKM: this client's own θ
 
     # -- the personalised model f^m ------------------------------------------------------------------
     def probs(self, x: torch.Tensor, km: KMOutputs, rows: slice | torch.Tensor | None = None) -> torch.Tensor:
@@ -118,7 +127,7 @@ class KIFLClient(Client):
         for _ in range(epochs):
             order = torch.randperm(n, generator=gen)
             for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
+                idx = order[start : start + batch_size]
                 opt.zero_grad()
                 loss = self._loss(idx)
                 loss.backward()
@@ -132,8 +141,12 @@ class KIFLClient(Client):
     def train(self, msg: Message) -> Message:
         start = msg.arrays if self.cfg.federated else (self.local_weights or self.initial)
         set_weights(self.model, dict(start))
-        self._fit(int(msg.config["local_epochs"]), int(msg.config["seed"]), float(msg.config["lr"]),
-                  int(msg.config["batch_size"]))
+        self._fit(
+            int(msg.config["local_epochs"]),
+            int(msg.config["seed"]),
+            float(msg.config["lr"]),
+            int(msg.config["batch_size"]),
+        )
         n = len(self.y_train)
         if self.cfg.federated:
             return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": n})
@@ -142,8 +155,9 @@ class KIFLClient(Client):
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
-        counts = self.test_counts(msg.arrays if self.cfg.federated else (self.local_weights or self.initial),
-                                  seed=int(msg.config["seed"]))
+        counts = self.test_counts(
+            msg.arrays if self.cfg.federated else (self.local_weights or self.initial), seed=int(msg.config["seed"])
+        )
         return msg.reply(self.cid, metrics=counts)
 
     def test_counts(self, weights: Mapping[str, np.ndarray], seed: int = 0) -> dict[str, int]:
@@ -153,8 +167,12 @@ class KIFLClient(Client):
             self._fit(self.cfg.finetune_epochs, seed, self.cfg.lr, self.cfg.batch_size)
         self.model.eval()
         with torch.no_grad():
-            pred = torch.cat([self.probs(self.x_test[s:s + 4096], self.km_test, slice(s, s + 4096)).argmax(1)
-                              for s in range(0, len(self.y_test), 4096)]).numpy()
+            pred = torch.cat(
+                [
+                    self.probs(self.x_test[s : s + 4096], self.km_test, slice(s, s + 4096)).argmax(1)
+                    for s in range(0, len(self.y_test), 4096)
+                ]
+            ).numpy()
         y = self.data.y_test
         viol = ~self.km_test.allowed_rkm[np.arange(len(y)), pred]
         return {"num_examples": int(len(y)), "correct": int((pred == y).sum()), "violations": int(viol.sum())}
@@ -164,15 +182,22 @@ class KIFLClient(Client):
         y, p = self.data.y_test, self.km_test.pkm_raw
         answered = p >= 0
         viol = answered & ~self.km_test.allowed_rkm[np.arange(len(y)), np.where(answered, p, 0)]
-        return {"num_examples": int(len(y)), "correct": int((p == y).sum()), "violations": int(viol.sum()),
-                "abstained": int((~answered).sum())}
+        return {
+            "num_examples": int(len(y)),
+            "correct": int((p == y).sum()),
+            "violations": int(viol.sum()),
+            "abstained": int((~answered).sum()),
+        }
 
     def knowledge_summary(self) -> dict[str, float]:
         """R-KM size and coverage of the true test label, P-KM/R-KM conflicts (local diagnostics)."""
         a, y = self.km_test.allowed_rkm, self.data.y_test
-        return {"rkm_mean_size": float(a.sum(1).mean()) if len(y) else 0.0,
-                "rkm_label_coverage": float(a[np.arange(len(y)), y].mean()) if len(y) else 1.0,
-                "conflicts_test": int(self.km_test.conflicts), "conflicts_train": int(self.km_train.conflicts)}
+        return {
+            "rkm_mean_size": float(a.sum(1).mean()) if len(y) else 0.0,
+            "rkm_label_coverage": float(a[np.arange(len(y)), y].mean()) if len(y) else 1.0,
+            "conflicts_test": int(self.km_test.conflicts),
+            "conflicts_train": int(self.km_train.conflicts),
+        }
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

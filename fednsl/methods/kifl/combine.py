@@ -38,8 +38,9 @@ def masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
-def knowledge_injected(logits: torch.Tensor, allowed: torch.Tensor, pkm: torch.Tensor,
-                       lam: float | torch.Tensor) -> torch.Tensor:
+def knowledge_injected(
+    logits: torch.Tensor, allowed: torch.Tensor, pkm: torch.Tensor, lam: float | torch.Tensor
+) -> torch.Tensor:
     """Eq. (2): (n, k) probabilities from logits (n, k), admissible mask (n, k) bool, P-KM ids (n,) (-1 = none).
 
     ``lam`` is a scalar λ^m in [0, 1] or a (n,) tensor of per-row weights.
@@ -77,7 +78,9 @@ def knowledge_injected_numpy(logits: np.ndarray, allowed: np.ndarray, pkm: np.nd
     return out
 
 
-def resolve_conflicts(allowed: np.ndarray, pkm: np.ndarray, policy: str, client: str = "?") -> tuple[np.ndarray, np.ndarray, int]:
+def resolve_conflicts(
+    allowed: np.ndarray, pkm: np.ndarray, policy: str, client: str = "?"
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Enforce Assumption 5.1 on rows where the P-KM class is not admissible.
 
     ``drop_pkm``: the row's P-KM is dropped (λ = 0 there), so the R-KM stays a hard constraint (Req. 5.1b);
@@ -93,9 +96,13 @@ def resolve_conflicts(allowed: np.ndarray, pkm: np.ndarray, policy: str, client:
         return allowed, pkm, 0
     if policy == "error":
         i = int(bad[0])
-        raise KnowledgeModelError(client, "P-KM vs R-KM", f"Assumption 5.1 violated on {len(bad)} rows (first: row "
-                                  f"{i}, P-KM class {int(pkm[i])} not in the admissible set "
-                                  f"{np.flatnonzero(allowed[i]).tolist()})")
+        raise KnowledgeModelError(
+            client,
+            "P-KM vs R-KM",
+            f"Assumption 5.1 violated on {len(bad)} rows (first: row "
+            f"{i}, P-KM class {int(pkm[i])} not in the admissible set "
+            f"{np.flatnonzero(allowed[i]).tolist()})",
+        )
     allowed, pkm = allowed.copy(), pkm.copy()
     if policy == "drop_pkm":
         pkm[bad] = -1

@@ -52,15 +52,41 @@ __all__ = [
     "read_idx",
 ]
 
-FASHION_CLASSES = ("tshirt_top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
-                   "ankle_boot")
-COVTYPE_FEATURES = (
-    "elevation", "aspect", "slope", "h_dist_hydrology", "v_dist_hydrology", "h_dist_roadways", "hillshade_9am",
-    "hillshade_noon", "hillshade_3pm", "h_dist_fire_points",
-    *(f"wilderness_area{i}" for i in range(1, 5)), *(f"soil_type{i}" for i in range(1, 41)),
+FASHION_CLASSES = (
+    "tshirt_top",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle_boot",
 )
-COVTYPE_CLASSES = ("spruce_fir", "lodgepole_pine", "ponderosa_pine", "cottonwood_willow", "aspen", "douglas_fir",
-                   "krummholz")
+COVTYPE_FEATURES = (
+    "elevation",
+    "aspect",
+    "slope",
+    "h_dist_hydrology",
+    "v_dist_hydrology",
+    "h_dist_roadways",
+    "hillshade_9am",
+    "hillshade_noon",
+    "hillshade_3pm",
+    "h_dist_fire_points",
+    *(f"wilderness_area{i}" for i in range(1, 5)),
+    *(f"soil_type{i}" for i in range(1, 41)),
+)
+COVTYPE_CLASSES = (
+    "spruce_fir",
+    "lodgepole_pine",
+    "ponderosa_pine",
+    "cottonwood_willow",
+    "aspen",
+    "douglas_fir",
+    "krummholz",
+)
 FASHION_MNIST_DIRS = ("/usr/share/datasets/fashion-mnist",)
 
 
@@ -76,7 +102,7 @@ class Dataset:
     y_test: np.ndarray | None = None
     feature_names: tuple[str, ...] | None = None
     class_names: tuple[str, ...] | None = None
-    image_shape: tuple[int, ...] | None = None   # (H, W) for flattened images
+    image_shape: tuple[int, ...] | None = None  # (H, W) for flattened images
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -108,7 +134,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     zero, dtype, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype != 0x08:
         raise ValueError(f"{path}: not an unsigned-byte idx file (magic {raw[:4].hex()})")
-    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != int(np.prod(dims)):
         raise ValueError(f"{path}: header says {dims} but holds {data.size} bytes")
@@ -124,22 +150,39 @@ def _find(directory: Path, stem: str) -> Path:
 
 def load_fashion_mnist(path: str | Path | None = None) -> Dataset:
     """FashionMNIST from its four idx files (the official 60k/10k split)."""
-    cands = [Path(path)] if path else ([Path(os.environ["FEDNSL_FASHION_MNIST"])] if "FEDNSL_FASHION_MNIST" in
-                                        os.environ else [Path(p) for p in FASHION_MNIST_DIRS])
+    cands = (
+        [Path(path)]
+        if path
+        else (
+            [Path(os.environ["FEDNSL_FASHION_MNIST"])]
+            if "FEDNSL_FASHION_MNIST" in os.environ
+            else [Path(p) for p in FASHION_MNIST_DIRS]
+        )
+    )
     directory = next((c for c in cands if c.is_dir()), None)
     if directory is None:
         raise FileNotFoundError(
             f"FashionMNIST not found in {[str(c) for c in cands]}: pass data.path=DIR holding "
-            "train-images-idx3-ubyte.gz & co, set FEDNSL_FASHION_MNIST, or `apt-get install dataset-fashion-mnist`")
+            "train-images-idx3-ubyte.gz & co, set FEDNSL_FASHION_MNIST, or `apt-get install dataset-fashion-mnist`"
+        )
     xs = read_idx(_find(directory, "train-images-idx3-ubyte"))
     ys = read_idx(_find(directory, "train-labels-idx1-ubyte"))
     xt = read_idx(_find(directory, "t10k-images-idx3-ubyte"))
     yt = read_idx(_find(directory, "t10k-labels-idx1-ubyte"))
     if len(xs) != len(ys) or len(xt) != len(yt):
         raise ValueError(f"{directory}: image and label counts differ")
-    return Dataset("fashion_mnist", xs.reshape(len(xs), -1).astype(np.float32), ys.astype(np.int64), 10,
-                   xt.reshape(len(xt), -1).astype(np.float32), yt.astype(np.int64), None, FASHION_CLASSES,
-                   (28, 28), source=str(directory))
+    return Dataset(
+        "fashion_mnist",
+        xs.reshape(len(xs), -1).astype(np.float32),
+        ys.astype(np.int64),
+        10,
+        xt.reshape(len(xt), -1).astype(np.float32),
+        yt.astype(np.int64),
+        None,
+        FASHION_CLASSES,
+        (28, 28),
+        source=str(directory),
+    )
 
 
 def load_covtype(path: str | Path | None = None) -> Dataset:
@@ -149,7 +192,8 @@ def load_covtype(path: str | Path | None = None) -> Dataset:
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(
             f"Covtype file {path!r} not found: no package ships it and this loader never downloads; pass "
-            "data.path=covtype.data.gz (UCI) or the LIBSVM 'covtype'/'covtype.scale.bz2' file, or set FEDNSL_COVTYPE")
+            "data.path=covtype.data.gz (UCI) or the LIBSVM 'covtype'/'covtype.scale.bz2' file, or set FEDNSL_COVTYPE"
+        )
     path = Path(path)
     name = path.name.lower()
     if ".data" in name or name.endswith(".csv") or name.endswith(".csv.gz"):
@@ -166,8 +210,9 @@ def load_covtype(path: str | Path | None = None) -> Dataset:
         x, y = np.asarray(xs.todense(), dtype=np.float32), yv.astype(np.int64)
     if y.min() < 1 or y.max() > 7:
         raise ValueError(f"{path}: cover types must be 1..7, got {y.min()}..{y.max()}")
-    return Dataset("covtype", x, y - 1, 7, feature_names=COVTYPE_FEATURES, class_names=COVTYPE_CLASSES,
-                   source=str(path))
+    return Dataset(
+        "covtype", x, y - 1, 7, feature_names=COVTYPE_FEATURES, class_names=COVTYPE_CLASSES, source=str(path)
+    )
 
 
 def _sklearn(name: str) -> Dataset:
@@ -178,8 +223,16 @@ def _sklearn(name: str) -> Dataset:
     x, y = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
     feats = None if name == "digits" else tuple(str(f).replace(" ", "_").replace("/", "_") for f in bunch.feature_names)
     classes = tuple(str(c) for c in bunch.target_names)
-    return Dataset(name, x, y, int(y.max()) + 1, feature_names=feats, class_names=classes,
-                   image_shape=(8, 8) if name == "digits" else None, source=f"sklearn.datasets.load_{name}")
+    return Dataset(
+        name,
+        x,
+        y,
+        int(y.max()) + 1,
+        feature_names=feats,
+        class_names=classes,
+        image_shape=(8, 8) if name == "digits" else None,
+        source=f"sklearn.datasets.load_{name}",
+    )
 
 
 DATASETS = ("fashion_mnist", "covtype", "digits", "wine", "breast_cancer")
@@ -233,12 +286,22 @@ def _deal(y: np.ndarray, holders: list[list[int]], m: int, rng: np.random.Genera
     return [rng.permutation(np.flatnonzero(who == i)) for i in range(m)]
 
 
-def partition(ds: Dataset, num_clients: int, classes_per_client: int, train_fraction: float, km_fraction: float,
-              test_ratio: float, seed: int, max_samples: int | None = None) -> dict[str, ClientSplit]:
+def partition(
+    ds: Dataset,
+    num_clients: int,
+    classes_per_client: int,
+    train_fraction: float,
+    km_fraction: float,
+    test_ratio: float,
+    seed: int,
+    max_samples: int | None = None,
+) -> dict[str, ClientSplit]:
     """Non-iid split (module docstring); client ids ``c0 .. c{M-1}``; deterministic in ``seed``."""
     if not 0 < train_fraction <= 1 or not 0 <= km_fraction < 1 or train_fraction + km_fraction > 1 + 1e-9:
-        raise ValueError(f"need 0 < train_fraction, 0 <= km_fraction and train_fraction + km_fraction <= 1, got "
-                         f"{train_fraction} + {km_fraction}")
+        raise ValueError(
+            f"need 0 < train_fraction, 0 <= km_fraction and train_fraction + km_fraction <= 1, got "
+            f"{train_fraction} + {km_fraction}"
+        )
     if not 0 < test_ratio < 1:
         raise ValueError(f"test_ratio must be in (0, 1), got {test_ratio}")
     rng = derive_rng(seed, 0x4B1F)
@@ -259,7 +322,7 @@ def partition(ds: Dataset, num_clients: int, classes_per_client: int, train_frac
     for i in range(num_clients):
         pool = pools[i]
         if tests is not None:
-            x_test, y_test = xt[tests[i]], yt[tests[i]]          # type: ignore[index]
+            x_test, y_test = xt[tests[i]], yt[tests[i]]  # type: ignore[index]
         else:
             n_test = max(1, int(round(test_ratio * len(pool))))
             x_test, y_test = x[pool[:n_test]], y[pool[:n_test]]
@@ -269,7 +332,8 @@ def partition(ds: Dataset, num_clients: int, classes_per_client: int, train_frac
         n_tr = min(n_tr, len(pool) - n_km)
         if n_tr < 1:
             raise ValueError(f"client c{i}: no training sample left (pool {len(pool)}, km_fraction {km_fraction})")
-        km_idx, tr_idx = pool[:n_km], pool[n_km:n_km + n_tr]
-        out[f"c{i:0{width}d}"] = ClientSplit(x[tr_idx], y[tr_idx], x[km_idx], y[km_idx], x_test, y_test,
-                                             tuple(int(c) for c in picks[i]), int(len(pool)))
+        km_idx, tr_idx = pool[:n_km], pool[n_km : n_km + n_tr]
+        out[f"c{i:0{width}d}"] = ClientSplit(
+            x[tr_idx], y[tr_idx], x[km_idx], y[km_idx], x_test, y_test, tuple(int(c) for c in picks[i]), int(len(pool))
+        )
     return out

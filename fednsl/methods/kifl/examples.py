@@ -25,8 +25,9 @@ def linear_grade_pkm(x: np.ndarray, weights: Sequence[float], intercept: float, 
     return np.clip(grade, 0, num_classes - 1).astype(np.int64)
 
 
-def interval_range_km(x: np.ndarray, feature: int, cuts: Sequence[float], sets: Sequence[Sequence[int]],
-                      num_classes: int) -> np.ndarray:
+def interval_range_km(
+    x: np.ndarray, feature: int, cuts: Sequence[float], sets: Sequence[Sequence[int]], num_classes: int
+) -> np.ndarray:
     """An R-KM from one feature's intervals: ``cuts`` c_1 < ... < c_r split the line into r+1 intervals
     (-∞, c_1], (c_1, c_2], ..., (c_r, ∞); row i admits ``sets[interval of x_i[feature]]``."""
     if len(sets) != len(cuts) + 1:

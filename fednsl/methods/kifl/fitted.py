@@ -25,7 +25,6 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from kg.seeding import derive_rng
 from fednsl.methods.kifl.data import ClientSplit
 from fednsl.methods.kifl.knowledge import (
     EstimatorPredictionKM,
@@ -37,6 +36,7 @@ from fednsl.methods.kifl.knowledge import (
     RulesRangeKM,
 )
 from fednsl.methods.kifl.models import lowres_cnn
+from kg.seeding import derive_rng
 from rules.knowledge import KnowledgeRules, RangeRule, ScoreRule, conditions_from_box
 
 __all__ = ["KnowledgeFitter", "TorchPredictionKM", "tree_rules"]
@@ -51,12 +51,24 @@ class TorchPredictionKM(PredictionKM):
     def predict(self, x: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             xs = torch.from_numpy((self.view(x) / self.scale).astype(np.float32))
-            return torch.cat([self.model(b).argmax(1) for b in xs.split(4096)]).numpy().astype(np.int64) \
-                if len(xs) else np.zeros(0, dtype=np.int64)
+            return (
+                torch.cat([self.model(b).argmax(1) for b in xs.split(4096)]).numpy().astype(np.int64)
+                if len(xs)
+                else np.zeros(0, dtype=np.int64)
+            )
 
 
-def tree_rules(x: np.ndarray, y: np.ndarray, num_classes: int, *, max_depth: int, min_samples_leaf: int,
-               coverage: float, seed: int, source: str) -> KnowledgeRules:
+def tree_rules(
+    x: np.ndarray,
+    y: np.ndarray,
+    num_classes: int,
+    *,
+    max_depth: int,
+    min_samples_leaf: int,
+    coverage: float,
+    seed: int,
+    source: str,
+) -> KnowledgeRules:
     """One ``class`` (leaf majority) and one ``range`` (fewest classes covering ``coverage``) rule per tree leaf."""
     from sklearn.tree import DecisionTreeClassifier
 
@@ -95,12 +107,19 @@ def tree_rules(x: np.ndarray, y: np.ndarray, num_classes: int, *, max_depth: int
 class KnowledgeFitter:
     """Builds ``fit: <name>`` KMs for one client from its knowledge slice; seeded per client."""
 
-    def __init__(self, cid: str, split: ClientSplit, num_classes: int, image_shape: tuple[int, ...] | None,
-                 feature_hi: float, seed: int):
+    def __init__(
+        self,
+        cid: str,
+        split: ClientSplit,
+        num_classes: int,
+        image_shape: tuple[int, ...] | None,
+        feature_hi: float,
+        seed: int,
+    ):
         self.cid, self.split, self.k, self.image_shape = cid, split, num_classes, image_shape
         self.hi = max(float(feature_hi), 1e-12)
         self.seed = int(seed)
-        self.pkm: PredictionKM | None = None   # set by the builder once the P-KM exists (paper_lookup needs it)
+        self.pkm: PredictionKM | None = None  # set by the builder once the P-KM exists (paper_lookup needs it)
 
     def _rng(self, salt: int) -> np.random.Generator:
         return derive_rng(self.seed, salt)
@@ -156,7 +175,7 @@ class KnowledgeFitter:
             for _ in range(epochs):
                 order = torch.randperm(len(y), generator=gen)
                 for s in range(0, len(y), bs):
-                    idx = order[s:s + bs]
+                    idx = order[s : s + bs]
                     opt.zero_grad()
                     torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
                     opt.step()
@@ -169,9 +188,16 @@ class KnowledgeFitter:
             self._no_more(opts, where)
             if not 0 < coverage <= 1:
                 raise ValueError(f"{where}: coverage must be in (0, 1], got {coverage}")
-            rules = tree_rules(v(self.split.x_km), self.split.y_km, self.k, max_depth=depth,
-                               min_samples_leaf=leaf, coverage=coverage, seed=self.seed,
-                               source=f"tree rules of client {self.cid}")
+            rules = tree_rules(
+                v(self.split.x_km),
+                self.split.y_km,
+                self.k,
+                max_depth=depth,
+                min_samples_leaf=leaf,
+                coverage=coverage,
+                seed=self.seed,
+                source=f"tree rules of client {self.cid}",
+            )
             if kind == "prediction":
                 return RulesPredictionKM(KnowledgeRules(self.k, rules.score_rules, [], None, source=rules.source), v)
             return RulesRangeKM(KnowledgeRules(self.k, [], rules.range_rules, None, source=rules.source), v)

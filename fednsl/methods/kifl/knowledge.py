@@ -73,7 +73,7 @@ class InputView:
 
     features: tuple[int, ...] | None = None
     pool: int = 1
-    image_shape: tuple[int, ...] | None = None   # (H, W) or (C, H, W) of a flattened image row
+    image_shape: tuple[int, ...] | None = None  # (H, W) or (C, H, W) of a flattened image row
 
     def __post_init__(self) -> None:
         if self.pool < 1:
@@ -143,8 +143,12 @@ def check_prediction(client: str, km: str, out: Any, n: int, k: int) -> np.ndarr
         pred[~scores.any(axis=1)] = -1
         return pred
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise KnowledgeModelError(client, km, f"output has shape {arr.shape}; expected class ids ({n},) or "
-                                              f"scores ({n}, {k}) for {n} rows and k={k} classes")
+        raise KnowledgeModelError(
+            client,
+            km,
+            f"output has shape {arr.shape}; expected class ids ({n},) or "
+            f"scores ({n}, {k}) for {n} rows and k={k} classes",
+        )
     if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise KnowledgeModelError(client, km, f"class ids must be integers, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
@@ -154,8 +158,7 @@ def check_prediction(client: str, km: str, out: Any, n: int, k: int) -> np.ndarr
     bad = (pred < -1) | (pred >= k)
     if np.any(bad):
         i = int(np.argmax(bad))
-        raise KnowledgeModelError(client, km, f"class id {int(pred[i])} at row {i} outside [0, {k}) "
-                                              "(-1 means abstain)")
+        raise KnowledgeModelError(client, km, f"class id {int(pred[i])} at row {i} outside [0, {k}) (-1 means abstain)")
     return pred
 
 
@@ -163,19 +166,27 @@ def check_allowed(client: str, km: str, out: Any, n: int, k: int) -> np.ndarray:
     """Validate an R-KM output: (n, k) bool or 0/1; every row must admit at least one class."""
     arr = np.asarray(out)
     if arr.shape != (n, k):
-        raise KnowledgeModelError(client, km, f"output has shape {arr.shape}; expected ({n}, {k}) "
-                                              f"(a MultiHot row per input, k={k} classes)")
+        raise KnowledgeModelError(
+            client, km, f"output has shape {arr.shape}; expected ({n}, {k}) (a MultiHot row per input, k={k} classes)"
+        )
     if arr.dtype != np.bool_:
         if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isin(arr, (0, 1))):
-            raise KnowledgeModelError(client, km, f"output must be bool or 0/1 (MultiHot), got dtype {arr.dtype}"
-                                                  + ("" if not np.issubdtype(arr.dtype, np.number) else
-                                                     " with values other than 0 and 1"))
+            raise KnowledgeModelError(
+                client,
+                km,
+                f"output must be bool or 0/1 (MultiHot), got dtype {arr.dtype}"
+                + ("" if not np.issubdtype(arr.dtype, np.number) else " with values other than 0 and 1"),
+            )
         arr = arr.astype(bool)
     empty = ~arr.any(axis=1)
     if np.any(empty):
         i = int(np.argmax(empty))
-        raise KnowledgeModelError(client, km, f"range excludes every class on {int(empty.sum())} of {n} rows "
-                                              f"(first: row {i}); an R-KM must admit at least one class")
+        raise KnowledgeModelError(
+            client,
+            km,
+            f"range excludes every class on {int(empty.sum())} of {n} rows "
+            f"(first: row {i}); an R-KM must admit at least one class",
+        )
     return arr
 
 
@@ -190,7 +201,7 @@ class CallablePredictionKM(PredictionKM):
         self.name = name or f"prediction KM {getattr(fn, '__name__', type(fn).__name__)}"
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self.fn(self.view(x)))   # validated (and named) by the client: check_prediction
+        return np.asarray(self.fn(self.view(x)))  # validated (and named) by the client: check_prediction
 
 
 class CallableRangeKM(RangeKM):
@@ -201,7 +212,7 @@ class CallableRangeKM(RangeKM):
         self.name = name or f"range KM {getattr(fn, '__name__', type(fn).__name__)}"
 
     def allowed(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self.fn(self.view(x)))   # validated (and named) by the client: check_allowed
+        return np.asarray(self.fn(self.view(x)))  # validated (and named) by the client: check_allowed
 
 
 class RulesPredictionKM(PredictionKM):
@@ -211,8 +222,9 @@ class RulesPredictionKM(PredictionKM):
         self.rules, self.view = rules, view
         self.name = f"prediction rules {rules.source}"
         if not rules.score_rules and rules.default is None:
-            raise ValueError(f"{rules.source}: no 'class ... <- ...' rule and no 'default' line: "
-                             "not a prediction knowledge model")
+            raise ValueError(
+                f"{rules.source}: no 'class ... <- ...' rule and no 'default' line: not a prediction knowledge model"
+            )
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.rules.predict(self.view(x))
@@ -311,11 +323,18 @@ def make_view(spec: Mapping[str, Any], image_shape: tuple[int, ...] | None, wher
         raise ValueError(f"{where}: {exc}") from None
 
 
-def km_from_spec(spec: Mapping[str, Any] | None, kind: str, num_classes: int, *, where: str,
-                 image_shape: tuple[int, ...] | None = None, feature_names: Sequence[str] | None = None,
-                 class_names: Sequence[str] | None = None, base_dir: Path | None = None,
-                 fit: Callable[[str, Mapping[str, Any], InputView], PredictionKM | RangeKM] | None = None,
-                 ) -> PredictionKM | RangeKM | None:
+def km_from_spec(
+    spec: Mapping[str, Any] | None,
+    kind: str,
+    num_classes: int,
+    *,
+    where: str,
+    image_shape: tuple[int, ...] | None = None,
+    feature_names: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    base_dir: Path | None = None,
+    fit: Callable[[str, Mapping[str, Any], InputView], PredictionKM | RangeKM] | None = None,
+) -> PredictionKM | RangeKM | None:
     """Build one KM from its config mapping; ``kind`` is "prediction" or "range". ``None`` → no KM.
 
     ``fit(name, options, view)`` builds the data-fitted KMs (``fit: ...``); it is supplied by the client
@@ -333,8 +352,9 @@ def km_from_spec(spec: Mapping[str, Any] | None, kind: str, num_classes: int, *,
     if source == "callable":
         unknown = sorted(set(spec) - {"callable", "kwargs"} - _VIEW_KEYS)
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {unknown} for a callable KM; valid: callable, kwargs, "
-                             "features, pool")
+            raise ValueError(
+                f"{where}: unknown key(s) {unknown} for a callable KM; valid: callable, kwargs, features, pool"
+            )
         fn = import_callable(str(spec["callable"]), where)
         kwargs = spec.get("kwargs") or {}
         if not isinstance(kwargs, Mapping):

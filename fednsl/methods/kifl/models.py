@@ -52,9 +52,18 @@ def lenet5(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module:
         raise ValueError(f"LeNet-5 needs images of at least 12×12, got {h}×{w}")
     model = nn.Sequential(
         nn.Unflatten(1, (c, h, w)),
-        nn.Conv2d(c, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * oh * ow, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, classes),
+        nn.Conv2d(c, 6, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * oh * ow, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, classes),
     )
     return seeded_init(model, seed)
 
@@ -66,14 +75,22 @@ def lowres_cnn(image_shape: Sequence[int], classes: int, seed: int) -> nn.Module
     if h < 5 or w < 5:
         raise ValueError(f"the low-resolution CNN needs at least 5×5 images, got {h}×{w}")
     model = nn.Sequential(
-        nn.Unflatten(1, (c, h, w)), nn.Conv2d(c, 6, 5), nn.ReLU(), nn.Flatten(),
-        nn.Linear(6 * (h - 4) * (w - 4), 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, classes),
+        nn.Unflatten(1, (c, h, w)),
+        nn.Conv2d(c, 6, 5),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(6 * (h - 4) * (w - 4), 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, classes),
     )
     return seeded_init(model, seed)
 
 
-def build_model(name: str, features: int, classes: int, hidden: Sequence[int], image_shape: Sequence[int] | None,
-                seed: int) -> nn.Module:
+def build_model(
+    name: str, features: int, classes: int, hidden: Sequence[int], image_shape: Sequence[int] | None, seed: int
+) -> nn.Module:
     if name == "mlp":
         return mlp(features, hidden, classes, seed)
     if name == "lenet5":

@@ -13,10 +13,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics, Stage
-from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.methods.kifl.config import KIFLConfig
 
 EVAL_COUNTS = ("num_examples", "correct", "violations")
@@ -27,8 +27,8 @@ class KIFLStrategy(FedAvgStrategy):
         super().__init__(initial, cfg)  # same lr / local_epochs / batch_size / server_lr
         self.cfg: KIFLConfig = cfg
         self.shapes = {k: tuple(v.shape) for k, v in initial.items()}
-        self.initial_weights = {k: v.copy() for k, v in initial.items()}   # θ_0 (reference runs, local mode)
-        self.last_eval: dict[str, dict[str, float]] = {}                     # client → counts of the last evaluation
+        self.initial_weights = {k: v.copy() for k, v in initial.items()}  # θ_0 (reference runs, local mode)
+        self.last_eval: dict[str, dict[str, float]] = {}  # client → counts of the last evaluation
 
     def _train_config(self) -> dict[str, float | int]:
         return {"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs, "batch_size": self.cfg.batch_size}
@@ -55,8 +55,11 @@ class KIFLStrategy(FedAvgStrategy):
         tot = {k: sum(r.metrics[k] for r in replies.values()) for k in EVAL_COUNTS}
         per = [r.metrics["correct"] / max(r.metrics["num_examples"], 1) for r in replies.values()]
         n = max(tot["num_examples"], 1)
-        return {"accuracy": tot["correct"] / n, "pov": tot["violations"] / n,
-                "mean_client_accuracy": float(np.mean(per)) if per else 0.0}
+        return {
+            "accuracy": tot["correct"] / n,
+            "pov": tot["violations"] / n,
+            "mean_client_accuracy": float(np.mean(per)) if per else 0.0,
+        }
 
     def finalize(self, run_dir: Path) -> None:
         """``clients.tsv``: per-client test accuracy (TA) and percentage of violations (POV, eq. 7), last evaluation."""
@@ -67,16 +70,26 @@ class KIFLStrategy(FedAvgStrategy):
         (Path(run_dir) / "clients.tsv").write_text("\n".join(lines) + "\n")
 
     def declare_stages(self) -> tuple[Stage, ...]:
-        request = Schema(arrays=tuple(ArraySpec(k, "weights", shape=s, required=False) for k, s in self.shapes.items()),
-                         any_config=True)
-        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
-                      request=request),
-                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate,
-                      reply=Schema(metrics=EVAL_COUNTS, required_metrics=EVAL_COUNTS, counts=EVAL_COUNTS),
-                      request=request))
+        request = Schema(
+            arrays=tuple(ArraySpec(k, "weights", shape=s, required=False) for k, s in self.shapes.items()),
+            any_config=True,
+        )
+        return (
+            Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema, request=request),
+            Stage(
+                "evaluate",
+                self.configure_evaluate,
+                self.aggregate_evaluate,
+                reply=Schema(metrics=EVAL_COUNTS, required_metrics=EVAL_COUNTS, counts=EVAL_COUNTS),
+                request=request,
+            ),
+        )
 
     def train_reply_schema(self) -> Schema:
         if not self.cfg.federated:
             return Schema(metrics=("num_examples",), required_metrics=("num_examples",))
-        return Schema(arrays=tuple(ArraySpec(k, "weights", shape=s) for k, s in self.shapes.items()),
-                      metrics=("num_examples",), required_metrics=("num_examples",))
+        return Schema(
+            arrays=tuple(ArraySpec(k, "weights", shape=s) for k, s in self.shapes.items()),
+            metrics=("num_examples",),
+            required_metrics=("num_examples",),
+        )

@@ -18,9 +18,10 @@ Data (``data:``): every dataset of :mod:`fednsl.tasks.timeseries.data` plus ``ct
 
 from __future__ import annotations
 
-
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
+from fednsl.methods.logicp import baselines as _baselines  # noqa: E402,F401  (registers cp_ifca, ts_fedbayes)
 from fednsl.methods.logicp.calibration import calibrate_batch, client_quantile, client_scale, cluster_region
 from fednsl.methods.logicp.client import LogiCPClient
 from fednsl.methods.logicp.config import LogiCPConfig
@@ -31,14 +32,26 @@ from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.methods.logicp.strategy import LogiCPStrategy, PublicData
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.federated import make_clients
-from fednsl.common.torch_utils import get_weights
-
-from fednsl.methods.logicp import baselines as _baselines  # noqa: E402,F401  (registers cp_ifca, ts_fedbayes)
 
 __all__ = [
-    "LogiCPClient", "LogiCPConfig", "LogiCPStrategy", "LossWeights", "PublicData", "SplitConfig", "build_logicp",
-    "calibrate_batch", "client_quantile", "client_scale", "cluster_region", "conflicts", "correct", "cp_loss",
-    "logicp_loss", "mse_loss", "stl_loss", "validate",
+    "LogiCPClient",
+    "LogiCPConfig",
+    "LogiCPStrategy",
+    "LossWeights",
+    "PublicData",
+    "SplitConfig",
+    "build_logicp",
+    "calibrate_batch",
+    "client_quantile",
+    "client_scale",
+    "cluster_region",
+    "conflicts",
+    "correct",
+    "cp_loss",
+    "logicp_loss",
+    "mse_loss",
+    "stl_loss",
+    "validate",
 ]
 
 
@@ -47,19 +60,40 @@ def build_logicp(config: RunConfig) -> Federation:
     cfg = build_kwargs(LogiCPConfig, config.method_kwargs, "method_kwargs (logicp)")
     setup = logicp_setup(config, cfg)
     split = cfg.split_config()
-    clients = make_clients(setup, lambda cid, series, model: LogiCPClient(
-        cid, series, model, setup.template, setup.margin, cfg.eval_split, split,
-        setup.model_seed("split", int(sorted(setup.data.clients).index(cid)))))
+    clients = make_clients(
+        setup,
+        lambda cid, series, model: LogiCPClient(
+            cid,
+            series,
+            model,
+            setup.template,
+            setup.margin,
+            cfg.eval_split,
+            split,
+            setup.model_seed("split", int(sorted(setup.data.clients).index(cid))),
+        ),
+    )
     probe = setup.new_model(setup.model_seed("global"))
     public = None
-    if cfg.cluster_training == "server":   # D^pub is published to the server once (Alg. 1 line 27)
-        public = PublicData({cid: (*c.part("public"), c.prop.lower[None], c.prop.upper[None])
-                             for cid, c in clients.items()})
-    strategy = LogiCPStrategy(get_weights(probe), cfg, config.rounds, config.seed, setup.data.horizon,
-                              probe.shared_keys(), model_factory=lambda: setup.new_model(0), public=public)
+    if cfg.cluster_training == "server":  # D^pub is published to the server once (Alg. 1 line 27)
+        public = PublicData(
+            {cid: (*c.part("public"), c.prop.lower[None], c.prop.upper[None]) for cid, c in clients.items()}
+        )
+    strategy = LogiCPStrategy(
+        get_weights(probe),
+        cfg,
+        config.rounds,
+        config.seed,
+        setup.data.horizon,
+        probe.shared_keys(),
+        model_factory=lambda: setup.new_model(0),
+        public=public,
+    )
     sizes = {p: int(sum(c.sizes()[p] for c in clients.values())) for p in ("pretrain", "cal", "nor", "public", "train")}
-    summary = {**setup.summary(), "train_examples": int(sum(c.num_examples for c in clients.values())),
-               **{f"{p}_windows": n for p, n in sizes.items()}, "num_clusters": cfg.num_clusters}
+    summary = {
+        **setup.summary(),
+        "train_examples": int(sum(c.num_examples for c in clients.values())),
+        **{f"{p}_windows": n for p, n in sizes.items()},
+        "num_clusters": cfg.num_clusters,
+    }
     return Federation(strategy, clients, summary)
-
-

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
+from fednsl.common import bnn
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics, Stage, handles
@@ -35,14 +37,12 @@ from fednsl.methods.logicp.calibration import SCALE_MODES
 from fednsl.methods.logicp.data import logicp_setup
 from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, ConformalClient
 from fednsl.methods.logicp.splits import SplitConfig
-from fednsl.common import bnn
+from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.clients import TSIFCAClient, unpack_models
 from fednsl.tasks.timeseries.configs import TSIFCAConfig
-from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
-from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.federated import ForecastClient, TSTrainConfig, make_clients
 from fednsl.tasks.timeseries.models import Forecaster, RecurrentForecaster
-from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 from fednsl.tasks.timeseries.training import minibatches, predict
 
 
@@ -54,14 +54,16 @@ class CPIFCAConfig(TSIFCAConfig):
     alpha: float = 0.1
     scale_mode: str = "cluster"
     calibrate_with: str = "client"
-    split: dict[str, Any] = field(default_factory=dict)   # cal / nor shares (pretrain, public: 0)
+    split: dict[str, Any] = field(default_factory=dict)  # cal / nor shares (pretrain, public: 0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 < self.alpha < 1:
             raise ValueError(f"method_kwargs (cp-ifca).alpha must lie in (0, 1), got {self.alpha}")
         if self.scale_mode not in SCALE_MODES:
-            raise ValueError(f"method_kwargs (cp-ifca).scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}")
+            raise ValueError(
+                f"method_kwargs (cp-ifca).scale_mode must be one of {SCALE_MODES}, got {self.scale_mode!r}"
+            )
         if self.calibrate_with not in ("client", "cluster"):
             raise ValueError("method_kwargs (cp-ifca).calibrate_with must be 'client' or 'cluster'")
         self.split_config()
@@ -74,8 +76,17 @@ class CPIFCAConfig(TSIFCAConfig):
 class CPIFCAClient(ConformalClient, TSIFCAClient):
     """An IFCA client that trains on D^tr and calibrates on D^cal / D^nor."""
 
-    def __init__(self, cid: str, data: Any, model: Forecaster, template: Any, margin: float, eval_split: str,
-                 split: SplitConfig, split_seed: int) -> None:
+    def __init__(
+        self,
+        cid: str,
+        data: Any,
+        model: Forecaster,
+        template: Any,
+        margin: float,
+        eval_split: str,
+        split: SplitConfig,
+        split_seed: int,
+    ) -> None:
         super().__init__(cid, data, model, template, margin, eval_split)
         self.init_parts(split, split_seed)
         self.x, self.y = self.part("train")
@@ -111,8 +122,11 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
 
     def train_reply_schema(self) -> Schema:
         base = super().train_reply_schema()
-        return Schema(arrays=(*base.arrays, ArraySpec("n_cal", "counts", "int", (1,))), metrics=base.metrics,
-                      required_metrics=base.required_metrics)
+        return Schema(
+            arrays=(*base.arrays, ArraySpec("n_cal", "counts", "int", (1,))),
+            metrics=base.metrics,
+            required_metrics=base.required_metrics,
+        )
 
     def stages(self, rnd: int) -> Sequence[str]:
         cal = ("calibrate.scale", "calibrate") if self.cfg.scale_mode == "cluster" else ("calibrate",)
@@ -127,8 +141,10 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         self.n_cal.update({c: int(r.arrays["n_cal"][0]) for c, r in replies.items()})
         self.assign.update({c: int(r.arrays["cluster"][0]) for c, r in replies.items()})
         self._trained = sorted(replies)
-        plain = {c: dataclasses.replace(r, arrays={k: v for k, v in r.arrays.items() if k != "n_cal"})
-                 for c, r in replies.items()}
+        plain = {
+            c: dataclasses.replace(r, arrays={k: v for k, v in r.arrays.items() if k != "n_cal"})
+            for c, r in replies.items()
+        }
         return super().aggregate_train(rnd, plain, failures)
 
     def cluster_weights(self, k: int) -> dict[str, np.ndarray] | None:
@@ -136,9 +152,9 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
 
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:  # type: ignore[override]
         base = super().configure_evaluate(rnd, clients)
-        return {c: Message("evaluate", rnd, arrays={**base.arrays, **self.region(c)}, config=base.config)
-                for c in clients}
-
+        return {
+            c: Message("evaluate", rnd, arrays={**base.arrays, **self.region(c)}, config=base.config) for c in clients
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "conformal": self.conformal_state()}
@@ -155,12 +171,29 @@ def build_cp_ifca(config: RunConfig) -> Federation:
     split = cfg.split_config()
     ids = sorted(setup.data.clients)
     init = [get_weights(setup.new_model(setup.model_seed("ifca", j))) for j in range(cfg.num_clusters)]
-    clients = make_clients(setup, lambda cid, series, model: CPIFCAClient(
-        cid, series, model, setup.template, setup.margin, cfg.eval_split, split,
-        setup.model_seed("split", ids.index(cid))))
+    clients = make_clients(
+        setup,
+        lambda cid, series, model: CPIFCAClient(
+            cid,
+            series,
+            model,
+            setup.template,
+            setup.margin,
+            cfg.eval_split,
+            split,
+            setup.model_seed("split", ids.index(cid)),
+        ),
+    )
     strategy = CPIFCAStrategy(init, cfg, config.rounds, setup.data.horizon)
-    return Federation(strategy, clients, {**setup.summary(), "num_clusters": cfg.num_clusters,
-                                          "train_examples": int(sum(c.num_examples for c in clients.values()))})
+    return Federation(
+        strategy,
+        clients,
+        {
+            **setup.summary(),
+            "num_clusters": cfg.num_clusters,
+            "train_examples": int(sum(c.num_examples for c in clients.values())),
+        },
+    )
 
 
 # --- Fed-Bayes (Bayesian last layer) ----------------------------------------------------------------------
@@ -169,14 +202,14 @@ class TSFedBayesConfig(TSTrainConfig):
     """pFedBayes on the output layer (module docstring); SGD fields of the base are unused except
     ``batch_size``, ``local_epochs`` and ``max_batches``."""
 
-    zeta: float = 10.0              # ζ: KL weight (authors' code)
-    weight_scale: float = 0.1       # std of the initial means
-    rho_offset: float = -3.0        # initial ρ (σ = softplus(ρ))
-    personal_lr: float = 0.001      # Adam on the body and q_i
-    global_lr: float = 0.001        # Adam on the local copy v
-    personal_steps: int = 5         # q_i steps per minibatch (authors: 5)
-    eps_std: float = 1.0            # reparameterisation noise ε ~ N(0, eps_std²)
-    noise_std: float = 0.1          # s: Gaussian likelihood std in normalised units
+    zeta: float = 10.0  # ζ: KL weight (authors' code)
+    weight_scale: float = 0.1  # std of the initial means
+    rho_offset: float = -3.0  # initial ρ (σ = softplus(ρ))
+    personal_lr: float = 0.001  # Adam on the body and q_i
+    global_lr: float = 0.001  # Adam on the local copy v
+    personal_steps: int = 5  # q_i steps per minibatch (authors: 5)
+    eps_std: float = 1.0  # reparameterisation noise ε ~ N(0, eps_std²)
+    noise_std: float = 0.1  # s: Gaussian likelihood std in normalised units
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -207,8 +240,16 @@ def init_bayes(model: Forecaster, weight_scale: float, rho_offset: float, seed: 
 class TSFedBayesClient(ForecastClient):
     """Deterministic body + Gaussian output layer; keeps q_i across rounds."""
 
-    def __init__(self, cid: str, data: Any, model: Forecaster, template: Any, margin: float, eval_split: str,
-                 initial: Mapping[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        cid: str,
+        data: Any,
+        model: Forecaster,
+        template: Any,
+        margin: float,
+        eval_split: str,
+        initial: Mapping[str, np.ndarray],
+    ) -> None:
         super().__init__(cid, data, model, template, margin, eval_split)
         self.last = last_layer(model)
         self.body_keys = [k for k in model.state_dict() if not k.startswith(self.last + ".")]
@@ -248,29 +289,47 @@ class TSFedBayesClient(ForecastClient):
                 for _ in range(int(c["personal_steps"])):
                     w, b = bnn.sample(mus, rhos, eps, gen)
                     pred = self._out(x, w, b)
-                    kl = bnn.gaussian_kl(mus, [bnn.sigma(r) for r in rhos], [m.detach() for m in mus_v],
-                                         [bnn.sigma(r).detach() for r in rhos_v])
+                    kl = bnn.gaussian_kl(
+                        mus,
+                        [bnn.sigma(r) for r in rhos],
+                        [m.detach() for m in mus_v],
+                        [bnn.sigma(r).detach() for r in rhos_v],
+                    )
                     loss = (pred - y).pow(2).sum() / s2 + zeta / n_batches * kl
                     opt_p.zero_grad()
                     loss.backward()
                     opt_p.step()
                 total += float((pred.detach() - y).pow(2).mean())
                 steps += 1
-                kl_v = zeta / n_batches * bnn.gaussian_kl([m.detach() for m in mus], [bnn.sigma(r).detach() for r in rhos],
-                                                          mus_v, [bnn.sigma(r) for r in rhos_v])
+                kl_v = (
+                    zeta
+                    / n_batches
+                    * bnn.gaussian_kl(
+                        [m.detach() for m in mus],
+                        [bnn.sigma(r).detach() for r in rhos],
+                        mus_v,
+                        [bnn.sigma(r) for r in rhos_v],
+                    )
+                )
                 opt_v.zero_grad()
                 kl_v.backward()
                 opt_v.step()
         arrays = get_weights(self.model, self.body_keys)
         arrays.update({f"bayes.{k}": p.detach().numpy().copy() for k, p in self.v.items()})
-        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": len(self.y),
-                                                           "train_loss": total / max(steps, 1)})
+        return msg.reply(
+            self.cid, arrays=arrays, metrics={"num_examples": len(self.y), "train_loss": total / max(steps, 1)}
+        )
 
     def deployed(self, arrays: Mapping[str, np.ndarray]) -> Forecaster:
         """Global body + personal posterior mean μ_i (exact predictive mean of the Gaussian layer)."""
         set_weights(self.model, {k: arrays[k] for k in self.body_keys})
-        set_weights(self.model, {f"{self.last}.weight": self.q["mu.weight"].detach().numpy(),
-                                 f"{self.last}.bias": self.q["mu.bias"].detach().numpy()})
+        set_weights(
+            self.model,
+            {
+                f"{self.last}.weight": self.q["mu.weight"].detach().numpy(),
+                f"{self.last}.bias": self.q["mu.bias"].detach().numpy(),
+            },
+        )
         return self.model
 
     @handles("evaluate")
@@ -279,8 +338,10 @@ class TSFedBayesClient(ForecastClient):
         return msg.reply(self.cid, metrics=self.evaluation(model, msg.config.get("split")))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": {k: p.detach().clone() for k, p in self.q.items()},
-                "v": {k: p.detach().clone() for k, p in self.v.items()}}
+        return {
+            "q": {k: p.detach().clone() for k, p in self.q.items()},
+            "v": {k: p.detach().clone() for k, p in self.v.items()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
@@ -297,13 +358,27 @@ def build_ts_fedbayes(config: RunConfig) -> Federation:
     initial = init_bayes(probe, cfg.weight_scale, cfg.rho_offset, setup.model_seed("bayes"))
     body = [k for k in probe.state_dict() if not k.startswith(last_layer(probe) + ".")]
     weights = {**get_weights(probe, body), **initial}
-    clients = make_clients(setup, lambda cid, series, model: TSFedBayesClient(
-        cid, series, model, setup.template, setup.margin, cfg.eval_split, initial))
+    clients = make_clients(
+        setup,
+        lambda cid, series, model: TSFedBayesClient(
+            cid, series, model, setup.template, setup.margin, cfg.eval_split, initial
+        ),
+    )
     extra = {k: getattr(cfg, k) for k in ("zeta", "personal_lr", "global_lr", "personal_steps", "eps_std", "noise_std")}
     strategy = TSAverageStrategy(weights, cfg, config.rounds, extra)
-    return Federation(strategy, clients, {**setup.summary(),
-                                          "train_examples": int(sum(c.num_examples for c in clients.values()))})
+    return Federation(
+        strategy, clients, {**setup.summary(), "train_examples": int(sum(c.num_examples for c in clients.values()))}
+    )
 
 
-__all__ = ["CPIFCAClient", "CPIFCAConfig", "CPIFCAStrategy", "TSFedBayesClient", "TSFedBayesConfig", "build_cp_ifca",
-           "build_ts_fedbayes", "init_bayes", "last_layer"]
+__all__ = [
+    "CPIFCAClient",
+    "CPIFCAConfig",
+    "CPIFCAStrategy",
+    "TSFedBayesClient",
+    "TSFedBayesConfig",
+    "build_cp_ifca",
+    "build_ts_fedbayes",
+    "init_bayes",
+    "last_layer",
+]

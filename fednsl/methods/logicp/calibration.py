@@ -68,8 +68,8 @@ def client_quantile(cal_residuals: np.ndarray, ell: int, sigma: np.ndarray | Non
         raise ValueError(f"calibration residuals must be (n, ..., H), got shape {e.shape}")
     s = np.ones(e.shape[-1]) if sigma is None else np.asarray(sigma, dtype=float)
     s = np.broadcast_to(s, e.shape[1:])
-    scores = normalized_scores(e, s)                       # (n, *batch)   Eq. 16
-    return local_quantile(scores, ell)[..., None] * s     # (*batch, H)   Eq. 17
+    scores = normalized_scores(e, s)  # (n, *batch)   Eq. 16
+    return local_quantile(scores, ell)[..., None] * s  # (*batch, H)   Eq. 17
 
 
 def cluster_region(local: np.ndarray, kappa: int) -> np.ndarray:
@@ -84,9 +84,13 @@ def subsample_calibration(n: int, keep: int, rng: np.random.Generator) -> np.nda
     return np.arange(n) if keep == n else np.sort(rng.choice(n, size=keep, replace=False))
 
 
-def calibrate_batch(cal_residuals: Sequence[np.ndarray], nor_residuals: Sequence[np.ndarray] | None, alpha: float,
-                    scale_mode: str = "cluster", ranks: tuple[int, int] | None = None
-                    ) -> tuple[np.ndarray, RankChoice]:
+def calibrate_batch(
+    cal_residuals: Sequence[np.ndarray],
+    nor_residuals: Sequence[np.ndarray] | None,
+    alpha: float,
+    scale_mode: str = "cluster",
+    ranks: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, RankChoice]:
     """The whole protocol for one cluster in process, batched: per member ``(n, *batch, H)`` residuals
     (all members the same n) → (Q̂ ``(*batch, H)``, ranks).  ``ranks`` overrides (ℓ, κ) (tests only)."""
     if scale_mode not in SCALE_MODES:
@@ -107,5 +111,13 @@ def calibrate_batch(cal_residuals: Sequence[np.ndarray], nor_residuals: Sequence
     return cluster_region(local, kappa), choice
 
 
-__all__ = ["SCALE_MODES", "calibrate_batch", "client_quantile", "client_scale", "cluster_ranks", "cluster_region",
-           "cluster_scale", "subsample_calibration"]
+__all__ = [
+    "SCALE_MODES",
+    "calibrate_batch",
+    "client_quantile",
+    "client_scale",
+    "cluster_ranks",
+    "cluster_region",
+    "cluster_scale",
+    "subsample_calibration",
+]

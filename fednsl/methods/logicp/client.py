@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.records import Message
 from fednsl.federation.roles import handles
 from fednsl.methods.logicp.correction import conflicts, correct
@@ -40,7 +41,6 @@ from fednsl.tasks.timeseries.clients import unpack_models
 from fednsl.tasks.timeseries.data import ClientSeries
 from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.tasks.timeseries.models import Forecaster
-from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.training import forecast_metrics, predict, sgd_epochs
 from rules import stl
 
@@ -48,8 +48,17 @@ from rules import stl
 class LogiCPClient(ConformalClient, ForecastClient):
     """See the module docstring.  ``split_seed`` fixes the partition of the training windows."""
 
-    def __init__(self, cid: str, data: ClientSeries, model: Forecaster, template: stl.Template, margin: float,
-                 eval_split: str, split: SplitConfig, split_seed: int) -> None:
+    def __init__(
+        self,
+        cid: str,
+        data: ClientSeries,
+        model: Forecaster,
+        template: stl.Template,
+        margin: float,
+        eval_split: str,
+        split: SplitConfig,
+        split_seed: int,
+    ) -> None:
         super().__init__(cid, data, model, template, margin, eval_split)
         self.init_parts(split, split_seed)
         self.band = self.prop.lower is not None and self.prop.upper is not None
@@ -62,15 +71,17 @@ class LogiCPClient(ConformalClient, ForecastClient):
         if push:
             set_weights(self.model, push)
 
-    def logicp_objective(self, c: Mapping[str, Any], qhat: np.ndarray | None
-                         ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def logicp_objective(
+        self, c: Mapping[str, Any], qhat: np.ndarray | None
+    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """Eq. 19 for this client's property and the cluster region ``qhat`` (None: no CP term)."""
         weights = LossWeights(float(c["omega_mse"]), float(c["omega_stl"]))
         q = None if qhat is None else torch.as_tensor(np.asarray(qhat), dtype=torch.float32)
         kind, cp_kind = str(c["stl_loss"]), str(c["cp_loss"])
         lo, up = (self.prop.lower, self.prop.upper) if self.band else (None, None)
-        return lambda pred, y: logicp_loss(pred, y, lower=lo, upper=up, qhat=q, weights=weights, stl_kind=kind,
-                                           cp_kind=cp_kind, prop=self.prop)
+        return lambda pred, y: logicp_loss(
+            pred, y, lower=lo, upper=up, qhat=q, weights=weights, stl_kind=kind, cp_kind=cp_kind, prop=self.prop
+        )
 
     # -- stages -------------------------------------------------------------------------------------
     @handles("pretrain")
@@ -78,8 +89,14 @@ class LogiCPClient(ConformalClient, ForecastClient):
         """Alg. 1 lines 5–9: θ^p → local MSE epochs on D^pre (Eq. 7)."""
         set_weights(self.model, msg.arrays)
         x, y = self.part("pretrain")
-        loss = sgd_epochs(self.model, x, y, gen=self.seed_generator(msg), objective=lambda p, t: mse_loss(p, t),
-                          **sgd_kwargs(msg.config))
+        loss = sgd_epochs(
+            self.model,
+            x,
+            y,
+            gen=self.seed_generator(msg),
+            objective=lambda p, t: mse_loss(p, t),
+            **sgd_kwargs(msg.config),
+        )
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
     @handles("train")
@@ -88,8 +105,14 @@ class LogiCPClient(ConformalClient, ForecastClient):
         self._load_push(msg)
         qhat = msg.arrays.get("qhat")
         x, y = self.part(str(msg.config.get("local_data", "pretrain+train")))
-        loss = sgd_epochs(self.model, x, y, gen=self.seed_generator(msg),
-                          objective=self.logicp_objective(msg.config, qhat), **sgd_kwargs(msg.config))
+        loss = sgd_epochs(
+            self.model,
+            x,
+            y,
+            gen=self.seed_generator(msg),
+            objective=self.logicp_objective(msg.config, qhat),
+            **sgd_kwargs(msg.config),
+        )
         return msg.reply(self.cid, arrays=get_weights(self.model), metrics={"num_examples": len(y), "train_loss": loss})
 
     @handles("cluster.train")
@@ -100,9 +123,14 @@ class LogiCPClient(ConformalClient, ForecastClient):
         if msg.config.get("skip") or not weights or len(y) == 0:
             return msg.reply(self.cid, metrics={"num_examples": 0, "train_loss": 0.0})
         net = self.net(weights)
-        loss = sgd_epochs(net, x, y, gen=self.seed_generator(msg),
-                          objective=self.logicp_objective(msg.config, msg.arrays.get("qhat")),
-                          **sgd_kwargs(msg.config, "cluster_epochs"))
+        loss = sgd_epochs(
+            net,
+            x,
+            y,
+            gen=self.seed_generator(msg),
+            objective=self.logicp_objective(msg.config, msg.arrays.get("qhat")),
+            **sgd_kwargs(msg.config, "cluster_epochs"),
+        )
         return msg.reply(self.cid, arrays=get_weights(net), metrics={"num_examples": len(y), "train_loss": loss})
 
     def alignment(self, pred: torch.Tensor) -> float:
@@ -130,8 +158,10 @@ class LogiCPClient(ConformalClient, ForecastClient):
             for j, w in enumerate(unpack_models(candidates, k) if k else []):
                 pred = predict(self.net(w), x)
                 scores[j] = self.alignment(pred) if measure == "stl" else float(mse_loss(pred, y))
-        return msg.reply(self.cid, arrays={"scores": scores.astype(np.float64),
-                                           "n_cal": np.array([len(self.parts["cal"])], dtype=np.int64)})
+        return msg.reply(
+            self.cid,
+            arrays={"scores": scores.astype(np.float64), "n_cal": np.array([len(self.parts["cal"])], dtype=np.int64)},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
@@ -151,8 +181,9 @@ class LogiCPClient(ConformalClient, ForecastClient):
             q = torch.as_tensor(np.asarray(qhat), dtype=pred.dtype)
             lo, up = self.prop.lower, self.prop.upper
             for prefix, prio in (("t_", "cp"), ("tstl_", "stl")):
-                out.update(forecast_metrics(correct(pred, q, lo, up, prio), y, self.prop, self.data.scale,
-                                            prefix=prefix))
+                out.update(
+                    forecast_metrics(correct(pred, q, lo, up, prio), y, self.prop, self.data.scale, prefix=prefix)
+                )
             out["t_conflicts"] = 100.0 * float(conflicts(pred, q, lo, up).float().mean())
         elif self.band:
             out.update(forecast_metrics(self.prop.project(pred), y, self.prop, self.data.scale, prefix="tstl_"))

@@ -40,36 +40,43 @@ LOCAL_DATA = ("pretrain+train", "train")
 class LogiCPConfig(TSTrainConfig):
     """``method_kwargs`` of ``logicp`` (on top of the shared forecasting options: model, property, SGD)."""
 
-    num_clusters: int = 10               # K
-    alpha: float = 0.1                   # miscoverage: target coverage 1 − α
-    pretrain_rounds: int = 10            # n_pre FedAvg rounds on D^pre (Alg. 1 lines 4–16; 0 = none)
-    pretrain_epochs: int | None = None   # local epochs per pretraining round (None: local_epochs)
-    cluster_epochs: int = 5              # n_cluster epochs on P_k per round
-    omega_mse: float = 1.0 / 3.0         # ω1 (Eq. 19)
-    omega_stl: float = 1.0 / 3.0         # ω2; the CP term gets 1 − ω1 − ω2
-    stl_loss: str = "l1"                 # Eq. 21: "l1" (paper) | "squared" (code) | "violation"
-    cp_loss: str = "hinge"               # Eq. 22: "hinge" (paper) | "squared" (code)
-    clustering: str = "stl"              # "stl" (R_STL, Eq. 10) | "loss" (MSE) | "random"
-    assign_rule: str = "argmin"          # "argmin" (paper) | "balanced" (FedSTL code, capacity ⌈N/K⌉)
-    initial_clustering: str = "sorted"   # first clustering: "sorted" (code) | "random"
+    num_clusters: int = 10  # K
+    alpha: float = 0.1  # miscoverage: target coverage 1 − α
+    pretrain_rounds: int = 10  # n_pre FedAvg rounds on D^pre (Alg. 1 lines 4–16; 0 = none)
+    pretrain_epochs: int | None = None  # local epochs per pretraining round (None: local_epochs)
+    cluster_epochs: int = 5  # n_cluster epochs on P_k per round
+    omega_mse: float = 1.0 / 3.0  # ω1 (Eq. 19)
+    omega_stl: float = 1.0 / 3.0  # ω2; the CP term gets 1 − ω1 − ω2
+    stl_loss: str = "l1"  # Eq. 21: "l1" (paper) | "squared" (code) | "violation"
+    cp_loss: str = "hinge"  # Eq. 22: "hinge" (paper) | "squared" (code)
+    clustering: str = "stl"  # "stl" (R_STL, Eq. 10) | "loss" (MSE) | "random"
+    assign_rule: str = "argmin"  # "argmin" (paper) | "balanced" (FedSTL code, capacity ⌈N/K⌉)
+    initial_clustering: str = "sorted"  # first clustering: "sorted" (code) | "random"
     cluster_training: str = "federated"  # "federated" | "server" (module docstring)
-    scale_mode: str = "cluster"          # σ of Eq. 15–17: "cluster" (exact) | "client" (Eq. 17 literal) | "none"
-    calibrate_with: str = "client"       # model whose residuals calibrate: the client's or its cluster's
-    local_data: str = "pretrain+train"   # windows of the local stage (Eq. 19): D^pri minus D^cal, D^nor | D^tr
-    cluster_split: str = "train"         # windows a client scores cluster models on: D^tr | all of D^pri
+    scale_mode: str = "cluster"  # σ of Eq. 15–17: "cluster" (exact) | "client" (Eq. 17 literal) | "none"
+    calibrate_with: str = "client"  # model whose residuals calibrate: the client's or its cluster's
+    local_data: str = "pretrain+train"  # windows of the local stage (Eq. 19): D^pri minus D^cal, D^nor | D^tr
+    cluster_split: str = "train"  # windows a client scores cluster models on: D^tr | all of D^pri
     max_cluster_samples: int | None = None  # at most this many windows for that score (None: all)
-    correction: str = "cp"               # priority of the "-T" row (Eq. 23–25): "cp" (paper) | "stl"
-    participation: float = 1.0           # share of clients per round (§6.2); all are evaluated
-    split: dict[str, Any] = field(default_factory=dict)   # SplitConfig shares
+    correction: str = "cp"  # priority of the "-T" row (Eq. 23–25): "cp" (paper) | "stl"
+    participation: float = 1.0  # share of clients per round (§6.2); all are evaluated
+    split: dict[str, Any] = field(default_factory=dict)  # SplitConfig shares
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        checks = {"stl_loss": (self.stl_loss, STL_KINDS), "cp_loss": (self.cp_loss, CP_KINDS),
-                  "clustering": (self.clustering, CLUSTERINGS), "assign_rule": (self.assign_rule, ASSIGN_RULES),
-                  "initial_clustering": (self.initial_clustering, INITIAL_CLUSTERINGS),
-                  "cluster_training": (self.cluster_training, CLUSTER_TRAINING),
-                  "scale_mode": (self.scale_mode, SCALE_MODES), "calibrate_with": (self.calibrate_with, CALIBRATE_WITH),
-                  "cluster_split": (self.cluster_split, CLUSTER_SPLITS), "local_data": (self.local_data, LOCAL_DATA), "correction": (self.correction, PRIORITIES)}
+        checks = {
+            "stl_loss": (self.stl_loss, STL_KINDS),
+            "cp_loss": (self.cp_loss, CP_KINDS),
+            "clustering": (self.clustering, CLUSTERINGS),
+            "assign_rule": (self.assign_rule, ASSIGN_RULES),
+            "initial_clustering": (self.initial_clustering, INITIAL_CLUSTERINGS),
+            "cluster_training": (self.cluster_training, CLUSTER_TRAINING),
+            "scale_mode": (self.scale_mode, SCALE_MODES),
+            "calibrate_with": (self.calibrate_with, CALIBRATE_WITH),
+            "cluster_split": (self.cluster_split, CLUSTER_SPLITS),
+            "local_data": (self.local_data, LOCAL_DATA),
+            "correction": (self.correction, PRIORITIES),
+        }
         for name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise ValueError(f"method_kwargs (logicp).{name} must be one of {list(allowed)}, got {value!r}")
@@ -92,9 +99,21 @@ class LogiCPConfig(TSTrainConfig):
 
     def loss_config(self) -> dict[str, Any]:
         """What clients need to build the Eq. 19 objective (sent in ``msg.config``)."""
-        return {"omega_mse": self.omega_mse, "omega_stl": self.omega_stl, "stl_loss": self.stl_loss,
-                "cp_loss": self.cp_loss, "local_data": self.local_data}
+        return {
+            "omega_mse": self.omega_mse,
+            "omega_stl": self.omega_stl,
+            "stl_loss": self.stl_loss,
+            "cp_loss": self.cp_loss,
+            "local_data": self.local_data,
+        }
 
 
-__all__ = ["ASSIGN_RULES", "CALIBRATE_WITH", "CLUSTERINGS", "CLUSTER_SPLITS", "CLUSTER_TRAINING",
-           "INITIAL_CLUSTERINGS", "LogiCPConfig"]
+__all__ = [
+    "ASSIGN_RULES",
+    "CALIBRATE_WITH",
+    "CLUSTERINGS",
+    "CLUSTER_SPLITS",
+    "CLUSTER_TRAINING",
+    "INITIAL_CLUSTERINGS",
+    "LogiCPConfig",
+]

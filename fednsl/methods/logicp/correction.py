@@ -28,8 +28,9 @@ def validate(pred: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> to
     return (pred >= lower) & (pred <= upper)
 
 
-def correct(pred: torch.Tensor, qhat: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor,
-            priority: str = "cp") -> torch.Tensor:
+def correct(
+    pred: torch.Tensor, qhat: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, priority: str = "cp"
+) -> torch.Tensor:
     """Corrected forecast ȳ (module docstring); ``pred (B, T)``, ``qhat (T,)`` (or ``(B, T)``)."""
     if priority not in PRIORITIES:
         raise ValueError(f"correction priority must be one of {PRIORITIES}, got {priority!r}")

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from fednsl.common.torch_utils import set_weights
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Metrics, Stage, handles
 from fednsl.methods.logicp.calibration import (
@@ -31,7 +32,6 @@ from fednsl.methods.logicp.calibration import (
 )
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.tasks.timeseries.models import Forecaster
-from fednsl.common.torch_utils import set_weights
 from fednsl.tasks.timeseries.training import predict
 from rules.conformal import coverage, interval_width
 
@@ -124,8 +124,9 @@ class ConformalClient:
         keep = subsample_calibration(len(e), int(c["n_use"]), np.random.default_rng(int(c["seed"])))
         return msg.reply(self.cid, arrays={"quantiles": client_quantile(e[keep], int(c["ell"]), sigma)})  # type: ignore[attr-defined]
 
-    def conformal_metrics(self, y: torch.Tensor, rows: Sequence[tuple[str, torch.Tensor]],
-                          qhat: np.ndarray | None) -> dict[str, float]:
+    def conformal_metrics(
+        self, y: torch.Tensor, rows: Sequence[tuple[str, torch.Tensor]], qhat: np.ndarray | None
+    ) -> dict[str, float]:
         """Joint / per-step coverage (%) of ``pred ± Q̂`` for each ``(prefix, pred)`` row and the width
         mean_τ 2·Q̂_τ (normalised units, and original units via the client's scaler)."""
         if qhat is None:
@@ -185,11 +186,16 @@ class ClusterConformal:
 
     def configure_calibrate_scale(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
         config = {"calibrate_with": self.cfg.calibrate_with}
-        return {c: Message("calibrate.scale", rnd, arrays=self._calibration_arrays(c), config=config)
-                if self.assign.get(c, -1) >= 0 else Message("calibrate.scale", rnd, config={"skip": True})
-                for c in clients}
+        return {
+            c: Message("calibrate.scale", rnd, arrays=self._calibration_arrays(c), config=config)
+            if self.assign.get(c, -1) >= 0
+            else Message("calibrate.scale", rnd, config={"skip": True})
+            for c in clients
+        }
 
-    def aggregate_calibrate_scale(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+    def aggregate_calibrate_scale(
+        self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]
+    ) -> Metrics:
         for k in range(self.cfg.num_clusters):
             mem = [c for c in self.members(k, list(replies)) if "sigma" in replies[c].arrays]
             if mem:
@@ -205,8 +211,13 @@ class ClusterConformal:
                 continue
             choice = cluster_ranks([self.n_cal[c] for c in mem], self.cfg.alpha)
             self._calib[k] = {"members": mem, "choice": choice}
-            config = {"calibrate_with": self.cfg.calibrate_with, "scale_mode": self.cfg.scale_mode,
-                      "ell": choice.ell or 0, "n_use": choice.n_cal, "skip": not choice.feasible}
+            config = {
+                "calibrate_with": self.cfg.calibrate_with,
+                "scale_mode": self.cfg.scale_mode,
+                "ell": choice.ell or 0,
+                "n_use": choice.n_cal,
+                "skip": not choice.feasible,
+            }
             arrays = {"sigma": self.sigma[k].copy()} if self.cfg.scale_mode == "cluster" else {}
             for c in mem:
                 out[c] = Message("calibrate", rnd, arrays={**arrays, **self._calibration_arrays(c)}, config=config)
@@ -220,14 +231,17 @@ class ClusterConformal:
             choice, mem = info["choice"], info["members"]
             if not choice.feasible:
                 infeasible += 1
-                warnings.warn(f"round {rnd}: cluster {k} ({len(mem)} clients x {choice.n_cal} calibration windows) "
-                              f"cannot reach coverage {1 - self.cfg.alpha:g}; its region is (-inf, inf)",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"round {rnd}: cluster {k} ({len(mem)} clients x {choice.n_cal} calibration windows) "
+                    f"cannot reach coverage {1 - self.cfg.alpha:g}; its region is (-inf, inf)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 self.qhat[k] = np.inf
                 self.ranks[k] = choice.to_dict()
                 continue
             if any(c not in replies or "quantiles" not in replies[c].arrays for c in mem):
-                kept += 1          # ranks were chosen for the full membership: keep the previous region
+                kept += 1  # ranks were chosen for the full membership: keep the previous region
                 continue
             local = np.stack([np.asarray(replies[c].arrays["quantiles"], dtype=float) for c in mem])
             self.qhat[k] = cluster_region(local, int(choice.kappa))
@@ -242,15 +256,29 @@ class ClusterConformal:
 
     def conformal_stages(self) -> tuple[Stage, ...]:
         """``calibrate.scale`` (Eq. 15: σ_i, H values) and ``calibrate`` (Eq. 16–17: the local quantiles)."""
-        return (Stage("calibrate.scale", self.configure_calibrate_scale, self.aggregate_calibrate_scale,
-                      reply=Schema(arrays=(ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False),))),
-                Stage("calibrate", self.configure_calibrate, self.aggregate_calibrate,
-                      reply=Schema(arrays=(ArraySpec("quantiles", "quantiles", "float", (self.horizon,),
-                                                     required=False),))))
+        return (
+            Stage(
+                "calibrate.scale",
+                self.configure_calibrate_scale,
+                self.aggregate_calibrate_scale,
+                reply=Schema(arrays=(ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False),)),
+            ),
+            Stage(
+                "calibrate",
+                self.configure_calibrate,
+                self.aggregate_calibrate,
+                reply=Schema(arrays=(ArraySpec("quantiles", "quantiles", "float", (self.horizon,), required=False),)),
+            ),
+        )
 
     def conformal_state(self) -> dict[str, Any]:
-        return {"assign": dict(self.assign), "n_cal": dict(self.n_cal), "qhat": self.qhat.copy(),
-                "sigma": self.sigma.copy(), "ranks": list(self.ranks)}
+        return {
+            "assign": dict(self.assign),
+            "n_cal": dict(self.n_cal),
+            "qhat": self.qhat.copy(),
+            "sigma": self.sigma.copy(),
+            "ranks": list(self.ranks),
+        }
 
     def load_conformal_state(self, state: Mapping[str, Any]) -> None:
         self.assign = dict(state["assign"])
@@ -260,9 +288,15 @@ class ClusterConformal:
         self.ranks = list(state["ranks"])
 
     def conformal_summary(self) -> list[dict[str, Any]]:
-        return [{"members": self.members(j), "ranks": self.ranks[j], "qhat": [float(v) for v in self.qhat[j]],
-                 "width": float(2 * self.qhat[j].mean()) if np.isfinite(self.qhat[j]).all() else None}
-                for j in range(self.cfg.num_clusters)]
+        return [
+            {
+                "members": self.members(j),
+                "ranks": self.ranks[j],
+                "qhat": [float(v) for v in self.qhat[j]],
+                "width": float(2 * self.qhat[j].mean()) if np.isfinite(self.qhat[j]).all() else None,
+            }
+            for j in range(self.cfg.num_clusters)
+        ]
 
 
 __all__ = ["CONFORMAL_METRICS", "ClusterConformal", "ConformalClient", "prefixed", "with_prefix"]

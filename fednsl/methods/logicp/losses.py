@@ -38,8 +38,13 @@ def band_gap(pred: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> to
     return pred - torch.maximum(torch.minimum(pred, upper), lower)
 
 
-def stl_loss(pred: torch.Tensor, lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
-             kind: str = "l1", prop: ClientProperty | None = None) -> torch.Tensor:
+def stl_loss(
+    pred: torch.Tensor,
+    lower: torch.Tensor | None = None,
+    upper: torch.Tensor | None = None,
+    kind: str = "l1",
+    prop: ClientProperty | None = None,
+) -> torch.Tensor:
     """Eq. 21 for a batch ``(B, T)``: ``"l1"`` mean_τ g_τ, ``"squared"`` mean_τ g_τ², ``"violation"``
     mean over the batch of g(φ, ŷ) at start 0 (needs ``prop``)."""
     if kind == "violation":
@@ -74,17 +79,28 @@ class LossWeights:
 
     def __post_init__(self) -> None:
         if self.mse < 0 or self.stl < 0 or self.mse + self.stl > 1.0 + 1e-12:
-            raise ValueError(f"LogiCP loss weights need ω1, ω2 >= 0 and ω1 + ω2 <= 1, got ω1={self.mse}, "
-                             f"ω2={self.stl} (method_kwargs.omega_mse / omega_stl)")
+            raise ValueError(
+                f"LogiCP loss weights need ω1, ω2 >= 0 and ω1 + ω2 <= 1, got ω1={self.mse}, "
+                f"ω2={self.stl} (method_kwargs.omega_mse / omega_stl)"
+            )
 
     @property
     def cp(self) -> float:
         return max(0.0, 1.0 - self.mse - self.stl)
 
 
-def logicp_loss(pred: torch.Tensor, y: torch.Tensor, *, lower: torch.Tensor | None, upper: torch.Tensor | None,
-                qhat: torch.Tensor | None, weights: LossWeights = LossWeights(), stl_kind: str = "l1",
-                cp_kind: str = "hinge", prop: ClientProperty | None = None) -> torch.Tensor:
+def logicp_loss(
+    pred: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lower: torch.Tensor | None,
+    upper: torch.Tensor | None,
+    qhat: torch.Tensor | None,
+    weights: LossWeights = LossWeights(),
+    stl_kind: str = "l1",
+    cp_kind: str = "hinge",
+    prop: ClientProperty | None = None,
+) -> torch.Tensor:
     """Eq. 19.  ``qhat=None`` (no conformal region yet) drops the CP term; terms with weight 0 are
     not computed."""
     total = weights.mse * mse_loss(pred, y) if weights.mse > 0 else pred.sum() * 0.0

@@ -34,8 +34,10 @@ class SplitConfig:
         if bad:
             raise ValueError(f"method_kwargs.split: shares must lie in [0, 1), got {bad}")
         if sum(shares.values()) >= 1:
-            raise ValueError(f"method_kwargs.split: pretrain + cal + nor + public = {sum(shares.values()):.3f} "
-                             "leaves no window for local training (must be < 1)")
+            raise ValueError(
+                f"method_kwargs.split: pretrain + cal + nor + public = {sum(shares.values()):.3f} "
+                "leaves no window for local training (must be < 1)"
+            )
         if self.cal <= 0:
             raise ValueError("method_kwargs.split.cal must be > 0: conformal calibration needs windows")
 
@@ -48,13 +50,13 @@ class SplitConfig:
             raise ValueError(f"a LogiCP client needs >= 2 training windows (calibration + training), got {n}")
         sizes = {p: int(round(getattr(self, p) * n)) for p in PARTS[:-1]}
         sizes["cal"] = max(1, sizes["cal"])
-        while sum(sizes.values()) > n - 1:      # keep >= 1 window for local training
+        while sum(sizes.values()) > n - 1:  # keep >= 1 window for local training
             others = [p for p in ("pretrain", "nor", "public") if sizes[p] > 0]
             sizes[max(others, key=lambda p: sizes[p]) if others else "cal"] -= 1
         order = rng.permutation(n)
         out, start = {}, 0
         for p in PARTS[:-1]:
-            out[p] = np.sort(order[start:start + sizes[p]])
+            out[p] = np.sort(order[start : start + sizes[p]])
             start += sizes[p]
         out["train"] = np.sort(order[start:])
         return out

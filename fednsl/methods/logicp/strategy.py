@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from kg.seeding import derive_rng, derive_seed
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
 from fednsl.federation.roles import Metrics, Stage
@@ -50,8 +50,8 @@ from fednsl.methods.logicp.losses import logicp_loss
 from fednsl.tasks.timeseries.clients import pack_models
 from fednsl.tasks.timeseries.federated import TSStrategy, weighted_metric_means
 from fednsl.tasks.timeseries.models import Forecaster
-from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.training import sgd_epochs
+from kg.seeding import derive_rng, derive_seed
 from rules import stl
 
 CLUSTER_STAGES = ("cluster", "calibrate.scale", "calibrate")
@@ -86,9 +86,17 @@ class PublicData:
 class LogiCPStrategy(ClusterConformal, TSStrategy):
     """See the module docstring.  ``shared_keys``: the state-dict keys of the cluster-shared encoder."""
 
-    def __init__(self, initial: Mapping[str, np.ndarray], cfg: LogiCPConfig, rounds: int, seed: int, horizon: int,
-                 shared_keys: Sequence[str], model_factory: Callable[[], Forecaster] | None = None,
-                 public: PublicData | None = None) -> None:
+    def __init__(
+        self,
+        initial: Mapping[str, np.ndarray],
+        cfg: LogiCPConfig,
+        rounds: int,
+        seed: int,
+        horizon: int,
+        shared_keys: Sequence[str],
+        model_factory: Callable[[], Forecaster] | None = None,
+        public: PublicData | None = None,
+    ) -> None:
         super().__init__(cfg, rounds)
         self.cfg: LogiCPConfig = cfg
         self.seed, self.horizon = int(seed), int(horizon)
@@ -166,8 +174,10 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
     # -- training (lines 17–30) ---------------------------------------------------------------------
     def configure_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
         config = {**self.cfg.sgd_config(), **self.cfg.loss_config()}
-        return {c: Message("train", rnd, arrays={**self._push(c, encoder=False), **self.region(c)}, config=config)
-                for c in clients}
+        return {
+            c: Message("train", rnd, arrays={**self._push(c, encoder=False), **self.region(c)}, config=config)
+            for c in clients
+        }
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = {c: r.metrics["num_examples"] for c, r in replies.items()}
@@ -185,8 +195,15 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         """Alg. 1 lines 25–30 in the server: n_cluster epochs on P_k (the participants' D^pub)."""
         assert self.clusters is not None and self.public is not None and self.model_factory is not None
         cfg, losses = self.cfg, []
-        sgd = {"epochs": cfg.cluster_epochs, "batch_size": cfg.batch_size, "lr": cfg.lr, "momentum": cfg.momentum,
-               "weight_decay": cfg.weight_decay, "max_batches": cfg.max_batches, "grad_clip": cfg.grad_clip}
+        sgd = {
+            "epochs": cfg.cluster_epochs,
+            "batch_size": cfg.batch_size,
+            "lr": cfg.lr,
+            "momentum": cfg.momentum,
+            "weight_decay": cfg.weight_decay,
+            "max_batches": cfg.max_batches,
+            "grad_clip": cfg.grad_clip,
+        }
         weights, stl_kind = cfg.loss_weights(), cfg.stl_loss if cfg.stl_loss != "violation" else "l1"
         for k in range(cfg.num_clusters):
             pooled = self.public.pooled(self.members(k, participants))
@@ -196,11 +213,20 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
             h = y.shape[1]
             q = torch.as_tensor(self.qhat[k], dtype=torch.float32) if np.isfinite(self.qhat[k]).all() else None
 
-            def objective(pred: torch.Tensor, packed: torch.Tensor, _q: torch.Tensor | None = q, _h: int = h
-                          ) -> torch.Tensor:
+            def objective(
+                pred: torch.Tensor, packed: torch.Tensor, _q: torch.Tensor | None = q, _h: int = h
+            ) -> torch.Tensor:
                 # targets carry each sample's owner band: packed = [y | lower | upper]
-                return logicp_loss(pred, packed[:, :_h], lower=packed[:, _h:2 * _h], upper=packed[:, 2 * _h:],
-                                   qhat=_q, weights=weights, stl_kind=stl_kind, cp_kind=cfg.cp_loss)
+                return logicp_loss(
+                    pred,
+                    packed[:, :_h],
+                    lower=packed[:, _h : 2 * _h],
+                    upper=packed[:, 2 * _h :],
+                    qhat=_q,
+                    weights=weights,
+                    stl_kind=stl_kind,
+                    cp_kind=cfg.cp_loss,
+                )
 
             net = self.model_factory()
             set_weights(net, self.clusters[k])
@@ -217,16 +243,21 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
             if k < 0 or self.clusters is None:
                 out[c] = Message("cluster.train", rnd, config={**config, "skip": True})
             else:
-                out[c] = Message("cluster.train", rnd, config=config,
-                                 arrays={**_prefix(self.clusters[k], "cluster."), **self.region(c)})
+                out[c] = Message(
+                    "cluster.train",
+                    rnd,
+                    config=config,
+                    arrays={**_prefix(self.clusters[k], "cluster."), **self.region(c)},
+                )
         return out
 
     def aggregate_cluster_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         for k in range(self.cfg.num_clusters if self.clusters is not None else 0):
             mem = [c for c in self.members(k, list(replies)) if replies[c].metrics["num_examples"] > 0]
             if mem:
-                self.clusters[k] = weighted_average([replies[c].arrays for c in mem],
-                                                    [replies[c].metrics["num_examples"] for c in mem])
+                self.clusters[k] = weighted_average(
+                    [replies[c].arrays for c in mem], [replies[c].metrics["num_examples"] for c in mem]
+                )
         return _loss({c: r for c, r in replies.items() if r.metrics["num_examples"] > 0})
 
     # -- clustering (lines 13, 31, 33) ----------------------------------------------------------------
@@ -239,9 +270,12 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         if self.clusters is None and self.cfg.initial_clustering == "random":
             measure = "none"
         packed = pack_models(cands) if measure != "none" else {}
-        config = {"num_candidates": len(cands) if measure != "none" else 0, "measure": measure,
-                  "split": "train" if self.cfg.cluster_split == "train" else "private",
-                  "max_samples": self.cfg.max_cluster_samples}
+        config = {
+            "num_candidates": len(cands) if measure != "none" else 0,
+            "measure": measure,
+            "split": "train" if self.cfg.cluster_split == "train" else "private",
+            "max_samples": self.cfg.max_cluster_samples,
+        }
         return {c: Message("cluster", rnd, arrays={**self._push(c), **packed}, config=config) for c in clients}
 
     def aggregate_cluster(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
@@ -272,8 +306,9 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
             for j in range(k):
                 mem = [c for c in self.members(j, ids) if c in self._pretrained and self._pretrained[c][1] > 0]
                 if mem:
-                    self.clusters.append(weighted_average([self._pretrained[c][0] for c in mem],
-                                                          [self._pretrained[c][1] for c in mem]))
+                    self.clusters.append(
+                        weighted_average([self._pretrained[c][0] for c in mem], [self._pretrained[c][1] for c in mem])
+                    )
                 else:
                     self.clusters.append(_copy(self.global_w))
             self._pretrained = {}
@@ -298,8 +333,12 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
             if self.clusters is None or k < 0:
                 out[c] = Message("evaluate", rnd, arrays=_prefix(self.global_w, "global."), config=config)
             else:
-                out[c] = Message("evaluate", rnd, config=config, arrays={
-                    **self._push(c, encoder=False), **_prefix(self.clusters[k], "cluster."), **self.region(c)})
+                out[c] = Message(
+                    "evaluate",
+                    rnd,
+                    config=config,
+                    arrays={**self._push(c, encoder=False), **_prefix(self.clusters[k], "cluster."), **self.region(c)},
+                )
         return out
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
@@ -313,9 +352,18 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         if self.clusters is None:
             raise RuntimeError("LogiCP: no cluster models yet (run at least the first clustering)")
         measure = "stl" if self.cfg.clustering == "random" else self.cfg.clustering
-        msg = Message("cluster", self.rounds if rnd is None else rnd, arrays=pack_models(self.clusters),
-                      config={"num_candidates": len(self.clusters), "measure": measure, "split": "train",
-                              "max_samples": self.cfg.max_cluster_samples, "seed": 0})
+        msg = Message(
+            "cluster",
+            self.rounds if rnd is None else rnd,
+            arrays=pack_models(self.clusters),
+            config={
+                "num_candidates": len(self.clusters),
+                "measure": measure,
+                "split": "train",
+                "max_samples": self.cfg.max_cluster_samples,
+                "seed": 0,
+            },
+        )
         scores = np.asarray(client.handle(msg).arrays["scores"], dtype=float)
         return int(np.argmin(scores)), scores
 
@@ -326,31 +374,56 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         arrays = {**_prefix(self.clusters[k], "push."), **_prefix(self.clusters[k], "cluster.")}
         if self.ranks[k] is not None:
             arrays["qhat"] = self.qhat[k].copy()
-        return Message("evaluate", self.rounds, arrays=arrays, config={"split": split or self.cfg.eval_split, "seed": 0})
+        return Message(
+            "evaluate", self.rounds, arrays=arrays, config={"split": split or self.cfg.eval_split, "seed": 0}
+        )
 
     # -- schemas, state, outputs ----------------------------------------------------------------------
     def declare_stages(self) -> tuple[Stage, ...]:
-        return (Stage("pretrain", self.configure_pretrain, self.aggregate_pretrain, reply=self.weights_reply_schema,
-                      request=lambda: weights_request_schema(self.global_w)),
-                Stage("train", self.configure_train, self.aggregate_train, reply=self.weights_reply_schema),
-                Stage("cluster.train", self.configure_cluster_train, self.aggregate_cluster_train,
-                      reply=lambda: self.weights_reply_schema(required=False)),
-                Stage("cluster", self.configure_cluster, self.aggregate_cluster,
-                      reply=Schema(arrays=(ArraySpec("scores", "scores", "float", (None,)),
-                                           ArraySpec("n_cal", "counts", "int", (1,))))),
-                *self.conformal_stages(),
-                self.evaluate_stage(extra_metrics=EVAL_EXTRA))
+        return (
+            Stage(
+                "pretrain",
+                self.configure_pretrain,
+                self.aggregate_pretrain,
+                reply=self.weights_reply_schema,
+                request=lambda: weights_request_schema(self.global_w),
+            ),
+            Stage("train", self.configure_train, self.aggregate_train, reply=self.weights_reply_schema),
+            Stage(
+                "cluster.train",
+                self.configure_cluster_train,
+                self.aggregate_cluster_train,
+                reply=lambda: self.weights_reply_schema(required=False),
+            ),
+            Stage(
+                "cluster",
+                self.configure_cluster,
+                self.aggregate_cluster,
+                reply=Schema(
+                    arrays=(ArraySpec("scores", "scores", "float", (None,)), ArraySpec("n_cal", "counts", "int", (1,)))
+                ),
+            ),
+            *self.conformal_stages(),
+            self.evaluate_stage(extra_metrics=EVAL_EXTRA),
+        )
 
     def weights_reply_schema(self, required: bool = True) -> Schema:
         """A client's copy of the global model: every array of the server's shape."""
-        return Schema(arrays=tuple(ArraySpec(n, "weights", shape=tuple(np.shape(v)), required=required)
-                                   for n, v in self.global_w.items()),
-                      metrics=("num_examples", "train_loss"), required_metrics=("num_examples", "train_loss"))
+        return Schema(
+            arrays=tuple(
+                ArraySpec(n, "weights", shape=tuple(np.shape(v)), required=required) for n, v in self.global_w.items()
+            ),
+            metrics=("num_examples", "train_loss"),
+            required_metrics=("num_examples", "train_loss"),
+        )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"global": _copy(self.global_w),
-                "clusters": None if self.clusters is None else [_copy(m) for m in self.clusters],
-                "seen": sorted(self.seen), **self.conformal_state()}
+        return {
+            "global": _copy(self.global_w),
+            "clusters": None if self.clusters is None else [_copy(m) for m in self.clusters],
+            "seen": sorted(self.seen),
+            **self.conformal_state(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.global_w = _copy(state["global"])
@@ -368,8 +441,11 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
 
 def _loss(replies: Mapping[str, Message]) -> Metrics:
     n = [r.metrics["num_examples"] for r in replies.values()]
-    vals = [(r.metrics["train_loss"], w) for r, w in zip(replies.values(), n) if np.isfinite(r.metrics["train_loss"])
-            and w > 0]
+    vals = [
+        (r.metrics["train_loss"], w)
+        for r, w in zip(replies.values(), n)
+        if np.isfinite(r.metrics["train_loss"]) and w > 0
+    ]
     return {"train_loss": float(np.average([v for v, _ in vals], weights=[w for _, w in vals]))} if vals else {}
 
 

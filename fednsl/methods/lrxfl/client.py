@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fednsl.federation.records import Message
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.records import Message
 from fednsl.federation.roles import handles
 from fednsl.methods.lrxfl.explain import explain_class
 from fednsl.methods.lrxfl.len import len_loss, len_outputs, make_len
@@ -23,8 +23,16 @@ from fednsl.tasks.numeric.data import NumericClientData
 
 
 class LRXFLClient(NumericClient):
-    def __init__(self, cid: str, data: NumericClientData, space: ConceptSpace, concept_temperature: float,
-                 n_classes: int, hidden: int, temperature: float):
+    def __init__(
+        self,
+        cid: str,
+        data: NumericClientData,
+        space: ConceptSpace,
+        concept_temperature: float,
+        n_classes: int,
+        hidden: int,
+        temperature: float,
+    ):
         super().__init__(cid, data)
         self.space, self.k = space, n_classes
         self.concepts = torch.from_numpy(space.fuzzy(data.x_train, concept_temperature))
@@ -38,7 +46,7 @@ class LRXFLClient(NumericClient):
         set_weights(self.model, msg.arrays)
         opt = torch.optim.AdamW(self.model.parameters(), lr=float(c["lr"]))
         self.model.train()
-        for _ in range(int(c["local_epochs"])):          # full-batch epochs
+        for _ in range(int(c["local_epochs"])):  # full-batch epochs
             loss = len_loss(self.model, self.concepts, self.y, float(c["l1"]))
             opt.zero_grad()
             loss.backward()
@@ -53,16 +61,26 @@ class LRXFLClient(NumericClient):
         rule_or = np.zeros(self.k, dtype=bool)
         if acc > float(c["logic_generation_threshold"]):
             for t in range(self.k):
-                e = explain_class(self.model, self.bool_concepts, self.data.y_train, t,
-                                  int(c["local_topk_explanations"]))
+                e = explain_class(
+                    self.model, self.bool_concepts, self.data.y_train, t, int(c["local_topk_explanations"])
+                )
                 rule_or[t] = e.connector == "OR"
                 if e.table is not None:
                     table[t], valid[t], rule_acc[t] = e.table, True, e.accuracy
         counts = np.zeros((cells, self.k))
         np.add.at(counts, (cell_index(self.bool_concepts), self.data.y_train), 1.0)
-        return msg.reply(self.cid, arrays={**get_weights(self.model), "rule_table": table, "rule_valid": valid,
-                                           "rule_acc": rule_acc, "rule_or": rule_or, "cell_counts": counts},
-                         metrics={"num_examples": len(self.y), "train_loss": loss.item(), "model_acc": acc})
+        return msg.reply(
+            self.cid,
+            arrays={
+                **get_weights(self.model),
+                "rule_table": table,
+                "rule_valid": valid,
+                "rule_acc": rule_acc,
+                "rule_or": rule_or,
+                "cell_counts": counts,
+            },
+            metrics={"num_examples": len(self.y), "train_loss": loss.item(), "model_acc": acc},
+        )
 
     def deployed(self, msg: Message) -> Predictor:
         """The global LEN; class probabilities = softmax of its sigmoid outputs (what its CE loss sees)."""
@@ -74,4 +92,5 @@ class LRXFLClient(NumericClient):
             with torch.no_grad():
                 conc = torch.from_numpy(space.fuzzy(x.numpy(), tau))
                 return torch.softmax(len_outputs(self.model, conc), dim=1)
+
         return predict

@@ -29,15 +29,18 @@ class LRXFLConfig:
     local_topk_explanations: int = 50
     global_topk_explanations: int = 5
     beam_width: int = 4
-    user_engagement_scale: str = "large"   # "large": all supporters of a chosen rule; "small": its best holders
+    user_engagement_scale: str = "large"  # "large": all supporters of a chosen rule; "small": its best holders
 
     def __post_init__(self) -> None:
         where = "method_kwargs (lrxfl)"
         if self.user_engagement_scale not in ("large", "small"):
-            raise ValueError(f"{where}: user_engagement_scale must be 'large' or 'small', "
-                             f"got {self.user_engagement_scale!r}")
+            raise ValueError(
+                f"{where}: user_engagement_scale must be 'large' or 'small', got {self.user_engagement_scale!r}"
+            )
         if not self.concept_thresholds or len(self.concept_thresholds) > 6:
-            raise ValueError(f"{where}: concept_thresholds needs 1–6 values (2^(features×thresholds) cells), "
-                             f"got {self.concept_thresholds}")
+            raise ValueError(
+                f"{where}: concept_thresholds needs 1–6 values (2^(features×thresholds) cells), "
+                f"got {self.concept_thresholds}"
+            )
         if min(self.hidden, self.local_epochs, self.global_topk_explanations, self.beam_width) < 1:
             raise ValueError(f"{where}: hidden, local_epochs, global_topk_explanations, beam_width must be >= 1")

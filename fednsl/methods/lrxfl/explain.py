@@ -28,13 +28,14 @@ from fednsl.methods.lrxfl.logic import cell_index, f1_macro, join, term_table
 
 @dataclass
 class LocalExplanation:
-    table: np.ndarray | None     # truth table (2^C,) or None when no explanation was found
-    accuracy: float              # F1 macro on the client's local data
-    connector: str               # "AND" | "OR"
+    table: np.ndarray | None  # truth table (2^C,) or None when no explanation was found
+    accuracy: float  # F1 macro on the client's local data
+    connector: str  # "AND" | "OR"
 
 
-def explain_class(model: torch.nn.Sequential, bool_concepts: np.ndarray, y: np.ndarray, target: int,
-                  topk: int) -> LocalExplanation:
+def explain_class(
+    model: torch.nn.Sequential, bool_concepts: np.ndarray, y: np.ndarray, target: int, topk: int
+) -> LocalExplanation:
     n_concepts = bool_concepts.shape[1]
     with torch.no_grad():
         scores = len_outputs(model, torch.from_numpy(bool_concepts.astype(np.float32)))[:, target].numpy()
@@ -106,7 +107,7 @@ def _aggregate(found, topk, connector, cells, target) -> tuple[np.ndarray | None
             continue
         chosen.append(table)
         joined = join(chosen, connector)
-        if joined.all() or not joined.any():        # 'True' / 'False' formulas are skipped
+        if joined.all() or not joined.any():  # 'True' / 'False' formulas are skipped
             chosen.pop()
             continue
         acc = f1_macro(joined, cells, target)

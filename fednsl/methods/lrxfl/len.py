@@ -22,25 +22,31 @@ from kg.seeding import isolated_global_rng
 
 
 class EntropyLinear(nn.Module):
-    def __init__(self, in_features: int, out_features: int, n_classes: int, temperature: float,
-                 gen: torch.Generator | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        n_classes: int,
+        temperature: float,
+        gen: torch.Generator | None = None,
+    ):
         super().__init__()
         self.temperature = temperature
         self.weight = nn.Parameter(torch.empty(n_classes, out_features, in_features))
         self.bias = nn.Parameter(torch.empty(n_classes, 1, out_features))
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=gen)
-        bound = 1 / math.sqrt(out_features * in_features)   # fan_in of the 3-D weight as torch computes it
+        bound = 1 / math.sqrt(out_features * in_features)  # fan_in of the 3-D weight as torch computes it
         nn.init.uniform_(self.bias, -bound, bound, generator=gen)
         self.alpha: torch.Tensor | None = None
         self.alpha_norm: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gamma = self.weight.norm(dim=1, p=1)                             # (K, C)
+        gamma = self.weight.norm(dim=1, p=1)  # (K, C)
         self.alpha = torch.softmax(gamma / self.temperature, dim=1)
         self.alpha_norm = self.alpha / self.alpha.max(dim=1)[0].unsqueeze(1)
-        h = x.unsqueeze(0) * self.alpha_norm.unsqueeze(1)                # (K, B, C)
-        h = h.matmul(self.weight.permute(0, 2, 1)) + self.bias           # (K, B, H)
-        return h.permute(1, 0, 2)                                        # (B, K, H)
+        h = x.unsqueeze(0) * self.alpha_norm.unsqueeze(1)  # (K, B, C)
+        h = h.matmul(self.weight.permute(0, 2, 1)) + self.bias  # (K, B, H)
+        return h.permute(1, 0, 2)  # (B, K, H)
 
     def concept_mask(self) -> torch.Tensor:
         """bool (K, C): concepts the class relies on (α̃ > 0.5)."""

@@ -23,7 +23,7 @@ import numpy as np
 class ConceptSpace:
     """Threshold concepts on each input feature, in model-input units."""
 
-    thresholds: tuple[tuple[float, ...], ...]   # per feature, ascending
+    thresholds: tuple[tuple[float, ...], ...]  # per feature, ascending
     names: tuple[str, ...]
 
     @classmethod
@@ -43,8 +43,7 @@ class ConceptSpace:
 
     def fuzzy(self, x: np.ndarray, temperature: float) -> np.ndarray:
         """σ((x_d − t)/τ) for all concepts: (n, C) float32."""
-        cols = [1.0 / (1.0 + np.exp(-(x[:, d] - t) / temperature))
-                for d, ts in enumerate(self.thresholds) for t in ts]
+        cols = [1.0 / (1.0 + np.exp(-(x[:, d] - t) / temperature)) for d, ts in enumerate(self.thresholds) for t in ts]
         return np.stack(cols, axis=1).astype(np.float32)
 
     def boolean(self, x: np.ndarray) -> np.ndarray:
@@ -121,7 +120,7 @@ def cell_intervals(space: ConceptSpace) -> np.ndarray:
     bits = cell_bits(space.size)
     cols, j = [], 0
     for ts in space.thresholds:
-        cols.append(bits[:, j:j + len(ts)].sum(1))
+        cols.append(bits[:, j : j + len(ts)].sum(1))
         j += len(ts)
     return np.stack(cols, axis=1)
 

@@ -50,8 +50,13 @@ def select_clients(rules: Mapping[str, tuple[np.ndarray, float]]) -> dict[bytes,
     return groups
 
 
-def beam_search(candidates: Sequence[tuple[bytes, np.ndarray, float]], connector: str, pos: np.ndarray,
-                neg: np.ndarray, beam_width: int) -> tuple[list[bytes], float, np.ndarray | None]:
+def beam_search(
+    candidates: Sequence[tuple[bytes, np.ndarray, float]],
+    connector: str,
+    pos: np.ndarray,
+    neg: np.ndarray,
+    beam_width: int,
+) -> tuple[list[bytes], float, np.ndarray | None]:
     """Best sequence of candidate rules (by F1 of their join on the counts) found by beam search."""
     beam: list[tuple[float, list[int]]] = [(0.0, [])]
     best: tuple[float, list[int]] = (0.0, [])
@@ -73,13 +78,13 @@ def beam_search(candidates: Sequence[tuple[bytes, np.ndarray, float]], connector
             best = beam[0]
     if not best[1]:
         return [], 0.0, None
-    return ([candidates[i][0] for i in best[1]], best[0],
-            join([candidates[i][1] for i in best[1]], connector))
+    return ([candidates[i][0] for i in best[1]], best[0], join([candidates[i][1] for i in best[1]], connector))
 
 
 class LRXFLStrategy(Strategy):
-    def __init__(self, initial: dict[str, np.ndarray], cfg: LRXFLConfig, data_cfg: NumericDataConfig,
-                 space: ConceptSpace):
+    def __init__(
+        self, initial: dict[str, np.ndarray], cfg: LRXFLConfig, data_cfg: NumericDataConfig, space: ConceptSpace
+    ):
         self.weights = {k: v.copy() for k, v in initial.items()}
         self.cfg, self.data_cfg, self.space = cfg, data_cfg, space
         self.k = data_cfg.classes
@@ -87,10 +92,18 @@ class LRXFLStrategy(Strategy):
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         c = self.cfg
-        return Message("train", rnd, arrays=self.weights,
-                       config={"lr": c.lr, "local_epochs": c.local_epochs, "l1": c.l1,
-                               "logic_generation_threshold": c.logic_generation_threshold,
-                               "local_topk_explanations": c.local_topk_explanations})
+        return Message(
+            "train",
+            rnd,
+            arrays=self.weights,
+            config={
+                "lr": c.lr,
+                "local_epochs": c.local_epochs,
+                "l1": c.l1,
+                "logic_generation_threshold": c.logic_generation_threshold,
+                "local_topk_explanations": c.local_topk_explanations,
+            },
+        )
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         ids = list(replies)
@@ -98,8 +111,11 @@ class LRXFLStrategy(Strategy):
         engaged_count = {cid: 0 for cid in ids}
         f1s = []
         for k in range(self.k):
-            rules = {cid: (np.asarray(r.arrays["rule_table"][k], bool), float(r.arrays["rule_acc"][k]))
-                     for cid, r in replies.items() if bool(r.arrays["rule_valid"][k])}
+            rules = {
+                cid: (np.asarray(r.arrays["rule_table"][k], bool), float(r.arrays["rule_acc"][k]))
+                for cid, r in replies.items()
+                if bool(r.arrays["rule_valid"][k])
+            }
             connectors = [("OR" if r.arrays["rule_or"][k] else "AND") for cid, r in replies.items() if cid in rules]
             connector = max(Counter(connectors), key=Counter(connectors).get) if connectors else "AND"
             groups = select_clients(rules)
@@ -107,7 +123,7 @@ class LRXFLStrategy(Strategy):
                 engaged = set(ids)
                 self.global_rules[k] = {"table": None, "f1": 0.0, "connector": connector}
             else:
-                ranked = sorted(groups.items(), key=lambda kv: -kv[1]["acc"])[:self.cfg.global_topk_explanations]
+                ranked = sorted(groups.items(), key=lambda kv: -kv[1]["acc"])[: self.cfg.global_topk_explanations]
                 cands = [(key, g["table"], g["acc"]) for key, g in ranked]
                 pos, neg = counts[:, k], counts.sum(1) - counts[:, k]
                 keys, f1, table = beam_search(cands, connector, pos, neg, self.cfg.beam_width)
@@ -121,9 +137,11 @@ class LRXFLStrategy(Strategy):
         weights = a if a.sum() > 0 else np.ones(len(ids))
         names = list(self.weights)
         self.weights = weighted_average([{n: r.arrays[n] for n in names} for r in replies.values()], weights)
-        out: Metrics = {"rule_f1_mean": float(np.mean(f1s)) if f1s else 0.0,
-                        "train_loss": float(np.mean([r.metrics["train_loss"] for r in replies.values()])),
-                        "model_acc": float(np.mean([r.metrics["model_acc"] for r in replies.values()]))}
+        out: Metrics = {
+            "rule_f1_mean": float(np.mean(f1s)) if f1s else 0.0,
+            "train_loss": float(np.mean([r.metrics["train_loss"] for r in replies.values()])),
+            "model_acc": float(np.mean([r.metrics["model_acc"] for r in replies.values()])),
+        }
         out.update({f"agg_weight_{cid}": float(w / weights.sum()) for cid, w in zip(ids, weights)})
         return out
 
@@ -135,25 +153,37 @@ class LRXFLStrategy(Strategy):
 
     def declare_stages(self) -> tuple[Stage, ...]:
         request = lambda: weights_request_schema(self.weights)  # noqa: E731
-        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema,
-                      request=request),
-                Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate,
-                      reply=lambda: eval_schema(self.data_cfg), request=request))
+        return (
+            Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema, request=request),
+            Stage(
+                "evaluate",
+                self.configure_evaluate,
+                self.aggregate_evaluate,
+                reply=lambda: eval_schema(self.data_cfg),
+                request=request,
+            ),
+        )
 
     def train_reply_schema(self) -> Schema:
         k, cells = self.k, self.space.cells
-        return Schema(arrays=tuple(ArraySpec(n, "weights", like=n) for n in self.weights) + (
-            ArraySpec("rule_table", "mask", dtype="bool", shape=(k, cells)),
-            ArraySpec("rule_valid", "mask", dtype="bool", shape=(k,)),
-            ArraySpec("rule_acc", "scores", shape=(k,)),
-            ArraySpec("rule_or", "mask", dtype="bool", shape=(k,)),
-            ArraySpec("cell_counts", "counts", shape=(cells, k))),
+        return Schema(
+            arrays=tuple(ArraySpec(n, "weights", like=n) for n in self.weights)
+            + (
+                ArraySpec("rule_table", "mask", dtype="bool", shape=(k, cells)),
+                ArraySpec("rule_valid", "mask", dtype="bool", shape=(k,)),
+                ArraySpec("rule_acc", "scores", shape=(k,)),
+                ArraySpec("rule_or", "mask", dtype="bool", shape=(k,)),
+                ArraySpec("cell_counts", "counts", shape=(cells, k)),
+            ),
             metrics=("num_examples", "train_loss", "model_acc"),
-            required_metrics=("num_examples", "train_loss", "model_acc"))
+            required_metrics=("num_examples", "train_loss", "model_acc"),
+        )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"weights": {k: v.copy() for k, v in self.weights.items()},
-                "global_rules": {k: dict(v) for k, v in self.global_rules.items()}}
+        return {
+            "weights": {k: v.copy() for k, v in self.weights.items()},
+            "global_rules": {k: dict(v) for k, v in self.global_rules.items()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.weights = {k: np.asarray(v).copy() for k, v in state["weights"].items()}
@@ -164,7 +194,10 @@ class LRXFLStrategy(Strategy):
         lines = ["class\trule\tf1\tconnector"]
         for k in range(self.k):
             g = self.global_rules.get(k, {"table": None, "f1": 0.0, "connector": "AND"})
-            text = "(none)" if g["table"] is None else to_dnf(np.asarray(g["table"], bool), self.space,
-                                                                        sorted(self.cfg.concept_thresholds))
+            text = (
+                "(none)"
+                if g["table"] is None
+                else to_dnf(np.asarray(g["table"], bool), self.space, sorted(self.cfg.concept_thresholds))
+            )
             lines.append(f"{k}\t{text}\t{g['f1']:.4f}\t{g['connector']}")
         (Path(run_dir) / "rules.tsv").write_text("\n".join(lines) + "\n")

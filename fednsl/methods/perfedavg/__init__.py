@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
-from fednsl.tasks.blobs import mlp
-from fednsl.common.torch_utils import get_weights
-from fednsl.tasks.numeric.client import client_data_summary
-from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
-from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 from fednsl.methods.perfedavg.client import PerFedAvgClient, hessian_vector_product, maml_step
 from fednsl.methods.perfedavg.config import PerFedAvgConfig
 from fednsl.registry import build_kwargs, register_method
+from fednsl.tasks.blobs import mlp
+from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
+from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 
 __all__ = ["PerFedAvgClient", "PerFedAvgConfig", "build_perfedavg", "hessian_vector_product", "maml_step"]
 
@@ -23,7 +23,13 @@ def build_perfedavg(config: RunConfig) -> Federation:
     parts = make_numeric_federation(data_cfg, config.seed)
     init = get_weights(mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=config.seed))
     clients = {cid: PerFedAvgClient(cid, d, cfg.hidden, data_cfg.classes) for cid, d in parts.items()}
-    train_cfg = {"alpha": cfg.alpha, "beta": cfg.beta, "local_steps": cfg.local_steps,
-                 "batch_size": cfg.batch_size, "variant": cfg.variant}
-    return Federation(NumericWeightsStrategy(init, train_cfg, data_cfg, server_lr=cfg.server_lr), clients,
-                      client_data_summary(parts))
+    train_cfg = {
+        "alpha": cfg.alpha,
+        "beta": cfg.beta,
+        "local_steps": cfg.local_steps,
+        "batch_size": cfg.batch_size,
+        "variant": cfg.variant,
+    }
+    return Federation(
+        NumericWeightsStrategy(init, train_cfg, data_cfg, server_lr=cfg.server_lr), clients, client_data_summary(parts)
+    )

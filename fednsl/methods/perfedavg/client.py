@@ -18,18 +18,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fednsl.federation.records import Message
-from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
+from fednsl.tasks.blobs import mlp
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
 from fednsl.tasks.numeric.data import NumericClientData
-from fednsl.federation.roles import handles
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def maml_step(model: nn.Module, d: Batch, d_prime: Batch, d_second: Batch | None, alpha: float, beta: float,
-              loss_fn: Callable = F.cross_entropy) -> float:
+def maml_step(
+    model: nn.Module,
+    d: Batch,
+    d_prime: Batch,
+    d_second: Batch | None,
+    alpha: float,
+    beta: float,
+    loss_fn: Callable = F.cross_entropy,
+) -> float:
     """One Per-FedAvg local step on ``model`` in place (FO if ``d_second`` is None, HF otherwise)."""
     params = list(model.parameters())
     w = [p.detach().clone() for p in params]
@@ -37,11 +44,11 @@ def maml_step(model: nn.Module, d: Batch, d_prime: Batch, d_second: Batch | None
     grads = torch.autograd.grad(loss, params)
     with torch.no_grad():
         for p, g in zip(params, grads):
-            p.sub_(alpha * g)                                    # w̃
+            p.sub_(alpha * g)  # w̃
     g_tilde = torch.autograd.grad(loss_fn(model(d_prime[0]), d_prime[1]), params)
     with torch.no_grad():
         for p, wi in zip(params, w):
-            p.copy_(wi)                                          # back to w
+            p.copy_(wi)  # back to w
     if d_second is not None:
         hvp = hessian_vector_product(model, d_second, g_tilde, loss_fn)
         direction: Sequence[torch.Tensor] = [g - alpha * h for g, h in zip(g_tilde, hvp)]
@@ -53,8 +60,9 @@ def maml_step(model: nn.Module, d: Batch, d_prime: Batch, d_second: Batch | None
     return loss.item()
 
 
-def hessian_vector_product(model: nn.Module, batch: Batch, v: Sequence[torch.Tensor],
-                           loss_fn: Callable = F.cross_entropy) -> list[torch.Tensor]:
+def hessian_vector_product(
+    model: nn.Module, batch: Batch, v: Sequence[torch.Tensor], loss_fn: Callable = F.cross_entropy
+) -> list[torch.Tensor]:
     """∇²f(w; batch) · v by double back-propagation."""
     params = list(model.parameters())
     grads = torch.autograd.grad(loss_fn(model(batch[0]), batch[1]), params, create_graph=True)
@@ -82,14 +90,18 @@ class PerFedAvgClient(NumericClient):
             d, d1 = self._batch(stream), self._batch(stream)
             d2 = self._batch(stream) if hf else None
             losses.append(maml_step(self.model, d, d1, d2, float(c["alpha"]), float(c["beta"])))
-        return msg.reply(self.cid, arrays=get_weights(self.model),
-                         metrics={"num_examples": len(self.y), "train_loss": sum(losses) / len(losses)})
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model),
+            metrics={"num_examples": len(self.y), "train_loss": sum(losses) / len(losses)},
+        )
 
     def deployed(self, msg: Message) -> Predictor:
         """Global weights + one step of size α on a seeded local batch."""
         set_weights(self.model, msg.arrays)
-        stream = BatchStream(len(self.y), int(msg.config["batch_size"]),
-                             torch.Generator().manual_seed(int(msg.config["seed"])))
+        stream = BatchStream(
+            len(self.y), int(msg.config["batch_size"]), torch.Generator().manual_seed(int(msg.config["seed"]))
+        )
         x, y = self._batch(stream)
         params = list(self.model.parameters())
         grads = torch.autograd.grad(F.cross_entropy(self.model(x), y), params)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 @dataclass
 class PerFedAvgConfig:
-    hidden: int = 64          # MLP 2 → 64 → 3 (FedNSL App. A.6)
-    alpha: float = 0.005      # α: inner (personalisation) step
-    beta: float = 0.001       # β: outer (meta) step
-    local_steps: int = 20     # τ
-    batch_size: int = 20      # |D| = |D'| = |D''|
-    variant: str = "fo"       # "fo" | "hf"
-    server_lr: float = 1.0    # FedAvg averaging of the returned w_i
+    hidden: int = 64  # MLP 2 → 64 → 3 (FedNSL App. A.6)
+    alpha: float = 0.005  # α: inner (personalisation) step
+    beta: float = 0.001  # β: outer (meta) step
+    local_steps: int = 20  # τ
+    batch_size: int = 20  # |D| = |D'| = |D''|
+    variant: str = "fo"  # "fo" | "hf"
+    server_lr: float = 1.0  # FedAvg averaging of the returned w_i
 
     def __post_init__(self) -> None:
         if self.variant not in ("fo", "hf"):

@@ -18,37 +18,47 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fednsl.common import bnn
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor
 from fednsl.tasks.numeric.data import NumericClientData
-from fednsl.common import bnn
-from fednsl.federation.roles import handles
 
 
-def personal_loss(logits: torch.Tensor, y: torch.Tensor, mus, rhos, mus_v, rhos_v, zeta: float,
-                  n_batches: int) -> torch.Tensor:
+def personal_loss(
+    logits: torch.Tensor, y: torch.Tensor, mus, rhos, mus_v, rhos_v, zeta: float, n_batches: int
+) -> torch.Tensor:
     """−Σ log softmax(logits)[y] + ζ/n_batches · KL(q_i ‖ v) with v detached (``combined_loss_personal``)."""
     nll = -F.log_softmax(logits, dim=1).gather(1, y[:, None]).sum()
-    kl = bnn.gaussian_kl(mus, [bnn.sigma(r) for r in rhos], [m.detach() for m in mus_v],
-                         [bnn.sigma(r).detach() for r in rhos_v])
+    kl = bnn.gaussian_kl(
+        mus, [bnn.sigma(r) for r in rhos], [m.detach() for m in mus_v], [bnn.sigma(r).detach() for r in rhos_v]
+    )
     return nll + zeta / n_batches * kl
 
 
 def global_copy_loss(mus, rhos, mus_v, rhos_v, zeta: float, n_batches: int) -> torch.Tensor:
     """ζ/n_batches · KL(q_i ‖ v) with q_i detached (``combined_loss_local``)."""
-    return zeta / n_batches * bnn.gaussian_kl([m.detach() for m in mus], [bnn.sigma(r).detach() for r in rhos],
-                                              mus_v, [bnn.sigma(r) for r in rhos_v])
+    return (
+        zeta
+        / n_batches
+        * bnn.gaussian_kl(
+            [m.detach() for m in mus], [bnn.sigma(r).detach() for r in rhos], mus_v, [bnn.sigma(r) for r in rhos_v]
+        )
+    )
 
 
 class PFedBayesClient(NumericClient):
-    def __init__(self, cid: str, data: NumericClientData, initial: Mapping[str, np.ndarray],
-                 personal_lr: float, lr: float):
+    def __init__(
+        self, cid: str, data: NumericClientData, initial: Mapping[str, np.ndarray], personal_lr: float, lr: float
+    ):
         super().__init__(cid, data)
         self.names = list(initial)
-        mk = lambda prefix: [torch.nn.Parameter(torch.from_numpy(np.array(initial[f"{prefix}.{n}"])))  # noqa: E731
-                             for n in bnn.LAYERS]
-        self.mus, self.rhos = mk("mu"), mk("rho")          # personal q_i
-        self.mus_v, self.rhos_v = mk("mu"), mk("rho")      # local copy of the global distribution
+
+        def mk(prefix: str) -> list[torch.nn.Parameter]:
+            return [torch.nn.Parameter(torch.from_numpy(np.array(initial[f"{prefix}.{n}"]))) for n in bnn.LAYERS]
+
+        self.mus, self.rhos = mk("mu"), mk("rho")  # personal q_i
+        self.mus_v, self.rhos_v = mk("mu"), mk("rho")  # local copy of the global distribution
         self.opt_personal = torch.optim.Adam(self.mus + self.rhos, lr=personal_lr)
         self.opt_global = torch.optim.Adam(self.mus_v + self.rhos_v, lr=lr)
 
@@ -71,8 +81,9 @@ class PFedBayesClient(NumericClient):
             x, y = self.x[idx], self.y[idx]
             for _ in range(int(c["personal_steps"])):
                 w = bnn.sample(self.mus, self.rhos, eps, gen)
-                loss = personal_loss(bnn.forward(x, w), y, self.mus, self.rhos, self.mus_v, self.rhos_v,
-                                     zeta, n_batches)
+                loss = personal_loss(
+                    bnn.forward(x, w), y, self.mus, self.rhos, self.mus_v, self.rhos_v, zeta, n_batches
+                )
                 self.opt_personal.zero_grad()
                 loss.backward()
                 self.opt_personal.step()
@@ -83,8 +94,9 @@ class PFedBayesClient(NumericClient):
             self.opt_global.step()
         arrays = {f"mu.{n}": m.detach().numpy().copy() for n, m in zip(bnn.LAYERS, self.mus_v)}
         arrays.update({f"rho.{n}": r.detach().numpy().copy() for n, r in zip(bnn.LAYERS, self.rhos_v)})
-        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": len(self.y),
-                                                           "train_loss": total / n_batches})
+        return msg.reply(
+            self.cid, arrays=arrays, metrics={"num_examples": len(self.y), "train_loss": total / n_batches}
+        )
 
     def deployed(self, msg: Message) -> Predictor:
         """Predictive mean of the personal posterior over ``eval_samples`` seeded weight samples."""
@@ -94,15 +106,24 @@ class PFedBayesClient(NumericClient):
         def predict(x: torch.Tensor) -> torch.Tensor:
             gen = torch.Generator().manual_seed(seed)
             with torch.no_grad():
-                return torch.stack([torch.softmax(bnn.forward(x, bnn.sample(self.mus, self.rhos, eps, gen)), 1)
-                                    for _ in range(samples)]).mean(0)
+                return torch.stack(
+                    [
+                        torch.softmax(bnn.forward(x, bnn.sample(self.mus, self.rhos, eps, gen)), 1)
+                        for _ in range(samples)
+                    ]
+                ).mean(0)
+
         return predict
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mus": [m.detach().clone() for m in self.mus], "rhos": [r.detach().clone() for r in self.rhos],
-                "mus_v": [m.detach().clone() for m in self.mus_v],
-                "rhos_v": [r.detach().clone() for r in self.rhos_v],
-                "opt_personal": self.opt_personal.state_dict(), "opt_global": self.opt_global.state_dict()}
+        return {
+            "mus": [m.detach().clone() for m in self.mus],
+            "rhos": [r.detach().clone() for r in self.rhos],
+            "mus_v": [m.detach().clone() for m in self.mus_v],
+            "rhos_v": [r.detach().clone() for r in self.rhos_v],
+            "opt_personal": self.opt_personal.state_dict(),
+            "opt_global": self.opt_global.state_dict(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():

@@ -13,18 +13,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fednsl.federation.records import Message
-from fednsl.tasks.blobs import mlp
 from fednsl.common.torch_utils import get_weights, set_weights
-from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
-from fednsl.tasks.numeric.data import NumericClientData
+from fednsl.federation.records import Message
 from fednsl.federation.roles import handles
 from fednsl.methods.pfedme.update import moreau_inner_step, moreau_outer_step
+from fednsl.tasks.blobs import mlp
+from fednsl.tasks.numeric.client import BatchStream, NumericClient, Predictor, softmax_predictor
+from fednsl.tasks.numeric.data import NumericClientData
 
 
-def pfedme_local_update(model: nn.Module, x: torch.Tensor, y: torch.Tensor, stream: BatchStream, *, rounds: int,
-                        K: int, lr: float, personal_lr: float, lamda: float, mu: float = 0.0,
-                        loss_fn=F.cross_entropy) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
+def pfedme_local_update(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    stream: BatchStream,
+    *,
+    rounds: int,
+    K: int,
+    lr: float,
+    personal_lr: float,
+    lamda: float,
+    mu: float = 0.0,
+    loss_fn=F.cross_entropy,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
     """Run Alg. 1 lines 4–7 from ``model``'s current weights (= the global w).
 
     Returns (w_i after R rounds, θ̂_i of the last round, mean inner loss). ``model`` ends holding θ̂_i.
@@ -53,16 +64,25 @@ class PFedMeClient(NumericClient):
     def __init__(self, cid: str, data: NumericClientData, hidden: int, classes: int):
         super().__init__(cid, data)
         self.model = mlp(data.x_train.shape[1], hidden, classes, seed=0)
-        self.personal: dict | None = None   # θ_i as named numpy arrays
+        self.personal: dict | None = None  # θ_i as named numpy arrays
 
     @handles("train")
     def train(self, msg: Message) -> Message:
         c = msg.config
         set_weights(self.model, msg.arrays)
         stream = BatchStream(len(self.y), int(c["batch_size"]), torch.Generator().manual_seed(int(c["seed"])))
-        w, _, loss = pfedme_local_update(self.model, self.x, self.y, stream, rounds=int(c["local_rounds"]),
-                                         K=int(c["K"]), lr=float(c["lr"]), personal_lr=float(c["personal_lr"]),
-                                         lamda=float(c["lamda"]), mu=float(c["mu"]))
+        w, _, loss = pfedme_local_update(
+            self.model,
+            self.x,
+            self.y,
+            stream,
+            rounds=int(c["local_rounds"]),
+            K=int(c["K"]),
+            lr=float(c["lr"]),
+            personal_lr=float(c["personal_lr"]),
+            lamda=float(c["lamda"]),
+            mu=float(c["mu"]),
+        )
         self.personal = get_weights(self.model)
         names = [n for n, _ in self.model.named_parameters()]
         arrays = {n: t.numpy().copy() for n, t in zip(names, w)}

@@ -16,11 +16,18 @@ from typing import Sequence
 import torch
 
 
-def moreau_inner_step(theta: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor],
-                      lr: float, lamda: float, mu: float = 0.0) -> list[torch.Tensor]:
+def moreau_inner_step(
+    theta: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    anchor: Sequence[torch.Tensor],
+    lr: float,
+    lamda: float,
+    mu: float = 0.0,
+) -> list[torch.Tensor]:
     return [t - lr * (g + lamda * (t - a) + mu * t) for t, g, a in zip(theta, grads, anchor)]
 
 
-def moreau_outer_step(w: Sequence[torch.Tensor], theta: Sequence[torch.Tensor], eta: float,
-                      lamda: float) -> list[torch.Tensor]:
+def moreau_outer_step(
+    w: Sequence[torch.Tensor], theta: Sequence[torch.Tensor], eta: float, lamda: float
+) -> list[torch.Tensor]:
     return [wi - eta * lamda * (wi - ti) for wi, ti in zip(w, theta)]

@@ -10,8 +10,10 @@ cluster model ("-S" = IFCA-S, prefix ``s_``).
 
 from __future__ import annotations
 
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
+from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.clients import TSDittoClient, TSFedAvgClient, TSFedRepClient, TSIFCAClient
 from fednsl.tasks.timeseries.configs import (
     TSDittoConfig,
@@ -20,20 +22,29 @@ from fednsl.tasks.timeseries.configs import (
     TSFedRepConfig,
     TSIFCAConfig,
 )
-from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
-from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.federated import TSSetup, TSTrainConfig, make_clients, ts_setup
-from fednsl.common.torch_utils import get_weights
+from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 
 __all__ = [
-    "TSAverageStrategy", "TSDittoClient", "TSDittoConfig", "TSFedAvgClient", "TSFedAvgConfig", "TSFedProxConfig",
-    "TSFedRepClient", "TSFedRepConfig", "TSIFCAClient", "TSIFCAConfig", "TSIFCAStrategy",
+    "TSAverageStrategy",
+    "TSDittoClient",
+    "TSDittoConfig",
+    "TSFedAvgClient",
+    "TSFedAvgConfig",
+    "TSFedProxConfig",
+    "TSFedRepClient",
+    "TSFedRepConfig",
+    "TSIFCAClient",
+    "TSIFCAConfig",
+    "TSIFCAStrategy",
 ]
 
 
 def _clients(setup: TSSetup, cls: type, cfg: TSTrainConfig) -> dict:
-    return make_clients(setup, lambda cid, series, model: cls(cid, series, model, setup.template, setup.margin,
-                                                            cfg.eval_split, cfg.threads))
+    return make_clients(
+        setup,
+        lambda cid, series, model: cls(cid, series, model, setup.template, setup.margin, cfg.eval_split, cfg.threads),
+    )
 
 
 def _summary(setup: TSSetup, clients: dict) -> dict:
@@ -65,8 +76,9 @@ def build_ts_fedrep(config: RunConfig) -> Federation:
     model = setup.new_model(setup.model_seed("global"))
     init = get_weights(model, model.shared_keys())
     clients = _clients(setup, TSFedRepClient, cfg)
-    return Federation(TSAverageStrategy(init, cfg, config.rounds, {"head_epochs": cfg.head_epochs}), clients,
-                      _summary(setup, clients))
+    return Federation(
+        TSAverageStrategy(init, cfg, config.rounds, {"head_epochs": cfg.head_epochs}), clients, _summary(setup, clients)
+    )
 
 
 @register_method("ts-ditto", doc="Ditto for forecasters (Li et al. 2021): regularised personal models")
@@ -75,8 +87,10 @@ def build_ts_ditto(config: RunConfig) -> Federation:
     setup = ts_setup(config, cfg)
     init = get_weights(setup.new_model(setup.model_seed("global")))
     clients = _clients(setup, TSDittoClient, cfg)
-    extra = {"lam": cfg.lam, "personal_epochs": cfg.personal_epochs if cfg.personal_epochs is not None
-             else cfg.local_epochs}
+    extra = {
+        "lam": cfg.lam,
+        "personal_epochs": cfg.personal_epochs if cfg.personal_epochs is not None else cfg.local_epochs,
+    }
     return Federation(TSAverageStrategy(init, cfg, config.rounds, extra), clients, _summary(setup, clients))
 
 
@@ -86,5 +100,8 @@ def build_ts_ifca(config: RunConfig) -> Federation:
     setup = ts_setup(config, cfg)
     init = [get_weights(setup.new_model(setup.model_seed("ifca", j))) for j in range(cfg.num_clusters)]
     clients = _clients(setup, TSIFCAClient, cfg)
-    return Federation(TSIFCAStrategy(init, cfg, config.rounds, cfg.selection_split), clients,
-                      {**_summary(setup, clients), "num_clusters": cfg.num_clusters})
+    return Federation(
+        TSIFCAStrategy(init, cfg, config.rounds, cfg.selection_split),
+        clients,
+        {**_summary(setup, clients), "num_clusters": cfg.num_clusters},
+    )

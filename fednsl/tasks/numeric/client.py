@@ -57,7 +57,7 @@ class BatchStream:
         if self._pos + self.bs > self.n:
             self._order = torch.randperm(self.n, generator=self.gen)
             self._pos = 0
-        idx = self._order[self._pos:self._pos + self.bs]
+        idx = self._order[self._pos : self._pos + self.bs]
         self._pos += self.bs
         return idx
 
@@ -97,11 +97,15 @@ def softmax_predictor(model: torch.nn.Module) -> Predictor:
     def predict(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return torch.softmax(model(x), dim=1)
+
     return predict
 
 
 def client_data_summary(parts: Mapping[str, NumericClientData]) -> dict:
     """The ``summary`` of a numeric federation (sizes only)."""
-    return {"clients": len(parts), "train_examples": int(sum(len(d.y_train) for d in parts.values())),
-            "unseen_classes": {c: d.unseen_class for c, d in parts.items()},
-            "relabelled_noisy": {c: int((d.y_train != d.y_true).sum()) for c, d in parts.items()}}
+    return {
+        "clients": len(parts),
+        "train_examples": int(sum(len(d.y_train) for d in parts.values())),
+        "unseen_classes": {c: d.unseen_class for c, d in parts.items()},
+        "relabelled_noisy": {c: int((d.y_train != d.y_true).sum()) for c, d in parts.items()},
+    }

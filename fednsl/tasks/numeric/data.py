@@ -43,11 +43,11 @@ class NumericDataConfig:
     """``data:`` block of the numeric configs (App. A.5 values as defaults)."""
 
     name: str = "numeric"
-    means: list = field(default_factory=lambda: [list(m) for m in PAPER_MEANS])              # (K, D)
+    means: list = field(default_factory=lambda: [list(m) for m in PAPER_MEANS])  # (K, D)
     covariances: list = field(default_factory=lambda: [[list(r) for r in c] for c in PAPER_COVARIANCES])  # (K,D,D)
     points_per_class: int = 200
-    unseen_classes: list = field(default_factory=lambda: [2, 0])   # one entry per client: its unseen class
-    relabelled: int = 150            # unseen-class points put into training with uniformly random labels
+    unseen_classes: list = field(default_factory=lambda: [2, 0])  # one entry per client: its unseen class
+    relabelled: int = 150  # unseen-class points put into training with uniformly random labels
     heterogeneity: list = field(default_factory=lambda: [0.0, 0.33, 0.5])  # shares of shifted unseen-test data
     shifts: list = field(default_factory=lambda: [[3.0, 3.0], [-3.0, -3.0]])  # δ_i per client (D,)
     input_center: list = field(default_factory=lambda: [10.0, 10.0])  # model input = (x - center) / scale
@@ -60,8 +60,9 @@ class NumericDataConfig:
         means = np.asarray(self.means, dtype=np.float64)
         covs = np.asarray(self.covariances, dtype=np.float64)
         if means.ndim != 2 or covs.shape != (means.shape[0], means.shape[1], means.shape[1]):
-            raise ValueError(f"{where}: means must be (K, D) and covariances (K, D, D); got {means.shape} "
-                             f"and {covs.shape}")
+            raise ValueError(
+                f"{where}: means must be (K, D) and covariances (K, D, D); got {means.shape} and {covs.shape}"
+            )
         for k, c in enumerate(covs):
             if not np.allclose(c, c.T) or np.linalg.eigvalsh(c).min() <= 0:
                 raise ValueError(f"{where}: covariances[{k}] is not symmetric positive definite: {c.tolist()}")
@@ -69,14 +70,19 @@ class NumericDataConfig:
         if not all(isinstance(u, int) and 0 <= u < k for u in self.unseen_classes) or not self.unseen_classes:
             raise ValueError(f"{where}: unseen_classes must be class indices in [0, {k}), got {self.unseen_classes}")
         if len(self.shifts) != len(self.unseen_classes) or np.asarray(self.shifts).shape[-1:] != (means.shape[1],):
-            raise ValueError(f"{where}: shifts needs one {means.shape[1]}-vector per client "
-                             f"({len(self.unseen_classes)}), got {self.shifts}")
+            raise ValueError(
+                f"{where}: shifts needs one {means.shape[1]}-vector per client "
+                f"({len(self.unseen_classes)}), got {self.shifts}"
+            )
         if not 0 <= self.relabelled < self.points_per_class:
-            raise ValueError(f"{where}: relabelled must be in [0, points_per_class={self.points_per_class}), "
-                             f"got {self.relabelled}")
+            raise ValueError(
+                f"{where}: relabelled must be in [0, points_per_class={self.points_per_class}), got {self.relabelled}"
+            )
         if np.asarray(self.input_center).shape != (means.shape[1],) or not self.input_scale > 0:
-            raise ValueError(f"{where}: input_center must be a {means.shape[1]}-vector and input_scale > 0, got "
-                             f"{self.input_center}, {self.input_scale}")
+            raise ValueError(
+                f"{where}: input_center must be a {means.shape[1]}-vector and input_scale > 0, got "
+                f"{self.input_center}, {self.input_scale}"
+            )
         if not self.heterogeneity or any(not 0 <= h <= 1 for h in self.heterogeneity):
             raise ValueError(f"{where}: heterogeneity levels must be in [0, 1], got {self.heterogeneity}")
         if len({level_name(h) for h in self.heterogeneity}) != len(self.heterogeneity):
@@ -108,9 +114,9 @@ def level_name(h: float) -> str:
 class NumericClientData:
     """One client's arrays. ``y_train`` holds the given (noisy) labels, ``y_true`` the generating class."""
 
-    x_train: np.ndarray          # (n, D) float32, model space (see NumericDataConfig.to_model_space)
-    y_train: np.ndarray          # (n,) int64, given labels (what the client trains on)
-    y_true: np.ndarray           # (n,) int64, true classes (for evaluation only)
+    x_train: np.ndarray  # (n, D) float32, model space (see NumericDataConfig.to_model_space)
+    y_train: np.ndarray  # (n,) int64, given labels (what the client trains on)
+    y_true: np.ndarray  # (n,) int64, true classes (for evaluation only)
     unseen_class: int
     unseen: dict[str, tuple[np.ndarray, np.ndarray]]  # level name → (x (m, D) float32, y (m,) int64)
 
@@ -120,8 +126,7 @@ def sample_class(rng: np.random.Generator, cfg: NumericDataConfig, k: int, n: in
     mean = np.asarray(cfg.means[k], dtype=np.float64)
     if shift is not None:
         mean = mean + np.asarray(shift, dtype=np.float64)
-    return rng.multivariate_normal(mean, np.asarray(cfg.covariances[k], dtype=np.float64), size=n,
-                                   method="cholesky")
+    return rng.multivariate_normal(mean, np.asarray(cfg.covariances[k], dtype=np.float64), size=n, method="cholesky")
 
 
 def make_numeric_federation(cfg: NumericDataConfig, seed: int) -> dict[str, NumericClientData]:
@@ -134,12 +139,12 @@ def make_numeric_federation(cfg: NumericDataConfig, seed: int) -> dict[str, Nume
     for i, (cid, u) in enumerate(zip(cfg.client_ids(), cfg.unseen_classes)):
         rng = np.random.default_rng(client_ss[i])
         order = rng.permutation(cfg.points_per_class)
-        train_u, test_u = points[u][order[:cfg.relabelled]], points[u][order[cfg.relabelled:]]
+        train_u, test_u = points[u][order[: cfg.relabelled]], points[u][order[cfg.relabelled :]]
         seen = [k for k in range(cfg.classes) if k != u]
         x = np.concatenate([points[k] for k in seen] + [train_u])
         y_true = np.concatenate([np.full(cfg.points_per_class, k) for k in seen] + [np.full(cfg.relabelled, u)])
         y_given = y_true.copy()
-        y_given[len(y_given) - cfg.relabelled:] = rng.integers(0, cfg.classes, size=cfg.relabelled)
+        y_given[len(y_given) - cfg.relabelled :] = rng.integers(0, cfg.classes, size=cfg.relabelled)
         unseen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for h in cfg.heterogeneity:
             n_shift = int(round(h * len(test_u)))
@@ -147,6 +152,7 @@ def make_numeric_federation(cfg: NumericDataConfig, seed: int) -> dict[str, Nume
             shifted = sample_class(level_rng, cfg, u, n_shift, shift=cfg.shifts[i])
             xt = np.concatenate([shifted, test_u[n_shift:]])
             unseen[level_name(h)] = (cfg.to_model_space(xt), np.full(len(xt), u, dtype=np.int64))
-        out[cid] = NumericClientData(cfg.to_model_space(x), y_given.astype(np.int64), y_true.astype(np.int64),
-                                     u, unseen)
+        out[cid] = NumericClientData(
+            cfg.to_model_space(x), y_given.astype(np.int64), y_true.astype(np.int64), u, unseen
+        )
     return out

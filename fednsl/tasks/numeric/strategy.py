@@ -11,10 +11,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.federation.records import ConfigValue, Message, Schema
 from fednsl.federation.roles import Metrics
-from fednsl.common.fedavg import FedAvgConfig
-from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.tasks.numeric.client import eval_schema, mean_over_clients
 from fednsl.tasks.numeric.data import NumericDataConfig
 
@@ -26,8 +25,14 @@ class NumericWeightsStrategy(FedAvgStrategy):
     the global weights with evaluate messages too (needed by clients that deploy or adapt the global model).
     """
 
-    def __init__(self, initial: dict[str, np.ndarray], train_config: Mapping[str, ConfigValue],
-                 data_cfg: NumericDataConfig, server_lr: float = 1.0, evaluate_with_weights: bool = True):
+    def __init__(
+        self,
+        initial: dict[str, np.ndarray],
+        train_config: Mapping[str, ConfigValue],
+        data_cfg: NumericDataConfig,
+        server_lr: float = 1.0,
+        evaluate_with_weights: bool = True,
+    ):
         super().__init__(initial, FedAvgConfig(server_lr=server_lr))
         self.train_config = dict(train_config)
         self.data_cfg = data_cfg
@@ -37,8 +42,9 @@ class NumericWeightsStrategy(FedAvgStrategy):
         return Message("train", rnd, arrays=self.weights, config=dict(self.train_config))
 
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
-        return Message("evaluate", rnd, arrays=self.weights if self.evaluate_with_weights else {},
-                       config=dict(self.train_config))
+        return Message(
+            "evaluate", rnd, arrays=self.weights if self.evaluate_with_weights else {}, config=dict(self.train_config)
+        )
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return mean_over_clients(replies)

@@ -13,6 +13,7 @@ Quick start::
 See the README section "FedSTL and the time-series layer".
 """
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.baselines import NAIVE, last_period, seasonal_mean
 from fednsl.tasks.timeseries.data import (
     DATASETS,
@@ -34,14 +35,43 @@ from fednsl.tasks.timeseries.models import (
     TransformerForecaster,
     build_forecaster,
 )
-from fednsl.common.torch_utils import get_weights, set_weights
-from fednsl.tasks.timeseries.properties import ClientProperty, PropertyConfig, make_template, mine_property, property_loss
+from fednsl.tasks.timeseries.properties import (
+    ClientProperty,
+    PropertyConfig,
+    make_template,
+    mine_property,
+    property_loss,
+)
 from fednsl.tasks.timeseries.training import forecast_metrics, predict, sgd_epochs
 
 __all__ = [
-    "DATASETS", "MODEL_NAMES", "NAIVE", "PERIOD", "ClientProperty", "ClientSeries", "Forecaster", "ModelConfig",
-    "PropertyConfig", "RecurrentForecaster", "TSData", "TSDataConfig", "TransformerForecaster", "build_forecaster",
-    "chronological_split", "forecast_metrics", "get_weights", "last_period", "load_timeseries", "make_synthetic",
-    "make_template", "make_windows", "mine_property", "predict", "property_loss", "seasonal_mean", "set_weights",
-    "sgd_epochs", "split_series_into_clients",
+    "DATASETS",
+    "MODEL_NAMES",
+    "NAIVE",
+    "PERIOD",
+    "ClientProperty",
+    "ClientSeries",
+    "Forecaster",
+    "ModelConfig",
+    "PropertyConfig",
+    "RecurrentForecaster",
+    "TSData",
+    "TSDataConfig",
+    "TransformerForecaster",
+    "build_forecaster",
+    "chronological_split",
+    "forecast_metrics",
+    "get_weights",
+    "last_period",
+    "load_timeseries",
+    "make_synthetic",
+    "make_template",
+    "make_windows",
+    "mine_property",
+    "predict",
+    "property_loss",
+    "seasonal_mean",
+    "set_weights",
+    "sgd_epochs",
+    "split_series_into_clients",
 ]

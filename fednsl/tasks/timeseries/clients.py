@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import copy
+from typing import Any, Mapping
 
 import numpy as np
 
+from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.records import Message
-from fednsl.tasks.timeseries.updates import fedrep_update, ifca_select, proximal_term
+from fednsl.federation.roles import handles
 from fednsl.tasks.timeseries.federated import ForecastClient, sgd_kwargs
 from fednsl.tasks.timeseries.models import Forecaster
-from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.tasks.timeseries.training import sgd_epochs
-from fednsl.federation.roles import handles
+from fednsl.tasks.timeseries.updates import fedrep_update, ifca_select, proximal_term
 
 
 def unpack_models(arrays: Mapping[str, np.ndarray], k: int) -> list[dict[str, np.ndarray]]:
@@ -39,10 +38,14 @@ class TSFedAvgClient(ForecastClient):
         mu = float(msg.config.get("mu", 0.0))
         params = list(self.model.parameters())
         reg = proximal_term(params, [p.detach() for p in params], mu) if mu > 0 else None
-        loss = sgd_epochs(self.model, self.x, self.y, gen=self.seed_generator(msg), regulariser=reg,
-                          **sgd_kwargs(msg.config))
-        return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
-                         metrics={"num_examples": self.num_examples, "train_loss": loss})
+        loss = sgd_epochs(
+            self.model, self.x, self.y, gen=self.seed_generator(msg), regulariser=reg, **sgd_kwargs(msg.config)
+        )
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model, list(msg.arrays)),
+            metrics={"num_examples": self.num_examples, "train_loss": loss},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
@@ -65,12 +68,22 @@ class TSFedRepClient(ForecastClient):
         sgd = sgd_kwargs(c)
         epochs = sgd.pop("epochs")
         head_epochs = int(c["head_epochs"])
-        h_loss, b_loss = fedrep_update(self.model, self.x, self.y, head_epochs=head_epochs,
-                                       body_epochs=epochs - head_epochs, gen=self.seed_generator(msg), **sgd)
+        h_loss, b_loss = fedrep_update(
+            self.model,
+            self.x,
+            self.y,
+            head_epochs=head_epochs,
+            body_epochs=epochs - head_epochs,
+            gen=self.seed_generator(msg),
+            **sgd,
+        )
         self.head = get_weights(self.model, self.model.head_keys())
         loss = b_loss if epochs > head_epochs else h_loss
-        return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
-                         metrics={"num_examples": self.num_examples, "train_loss": loss})
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model, list(msg.arrays)),
+            metrics={"num_examples": self.num_examples, "train_loss": loss},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
@@ -105,14 +118,18 @@ class TSDittoClient(ForecastClient):
         if self.personal is not None:
             set_weights(self.model, self.personal)
         p_sgd = {**sgd, "epochs": int(c["personal_epochs"])}
-        sgd_epochs(self.model, self.x, self.y, gen=gen, regulariser=proximal_term(params, anchor, float(c["lam"])),
-                   **p_sgd)
+        sgd_epochs(
+            self.model, self.x, self.y, gen=gen, regulariser=proximal_term(params, anchor, float(c["lam"])), **p_sgd
+        )
         self.personal = get_weights(self.model)
         # global model: E epochs of plain local training from w^t
         set_weights(self.model, msg.arrays)
         loss = sgd_epochs(self.model, self.x, self.y, gen=gen, **sgd)
-        return msg.reply(self.cid, arrays=get_weights(self.model, list(msg.arrays)),
-                         metrics={"num_examples": self.num_examples, "train_loss": loss})
+        return msg.reply(
+            self.cid,
+            arrays=get_weights(self.model, list(msg.arrays)),
+            metrics={"num_examples": self.num_examples, "train_loss": loss},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
@@ -151,9 +168,11 @@ class TSIFCAClient(ForecastClient):
         set_weights(self.model, models[j])
         loss = sgd_epochs(self.model, self.x, self.y, gen=self.seed_generator(msg), **sgd_kwargs(msg.config))
         self.local = get_weights(self.model)
-        return msg.reply(self.cid, arrays={**get_weights(self.model, list(models[j])),
-                                           "cluster": np.array([j], dtype=np.int64)},
-                         metrics={"num_examples": self.num_examples, "train_loss": loss})
+        return msg.reply(
+            self.cid,
+            arrays={**get_weights(self.model, list(models[j])), "cluster": np.array([j], dtype=np.int64)},
+            metrics={"num_examples": self.num_examples, "train_loss": loss},
+        )
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:

@@ -16,7 +16,7 @@ class TSFedAvgConfig(TSTrainConfig):
 class TSFedProxConfig(TSTrainConfig):
     """FedProx (Li et al. 2020): local loss + μ/2·‖w − w_global‖²."""
 
-    mu: float = 0.1                   # FedSTL App.: μ = 0.1
+    mu: float = 0.1  # FedSTL App.: μ = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -29,7 +29,7 @@ class TSFedRepConfig(TSTrainConfig):
     """FedRep (Collins et al. 2021): ``head_epochs`` on the private head (body frozen), then
     ``local_epochs − head_epochs`` on the shared body (head frozen); the server averages bodies."""
 
-    head_epochs: int | None = None    # None: round(0.8·local_epochs) (FedSTL App.: 8 of the 10 local epochs)
+    head_epochs: int | None = None  # None: round(0.8·local_epochs) (FedSTL App.: 8 of the 10 local epochs)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -43,7 +43,7 @@ class TSFedRepConfig(TSTrainConfig):
 class TSDittoConfig(TSTrainConfig):
     """Ditto (Li et al. 2021): global model by FedAvg; personal v_i on f_i(v) + λ/2·‖v − w^t‖²."""
 
-    lam: float = 1.0                  # FedSTL App.: λ = 1
+    lam: float = 1.0  # FedSTL App.: λ = 1
     personal_epochs: int | None = None  # epochs on v_i per round (None: local_epochs)
 
     def __post_init__(self) -> None:
@@ -56,8 +56,8 @@ class TSDittoConfig(TSTrainConfig):
 class TSIFCAConfig(TSTrainConfig):
     """IFCA (Ghosh et al. 2020): K cluster models; each client trains the one with the lowest loss."""
 
-    num_clusters: int = 5             # FedSTL App.: K = 5
-    selection_split: str = "train"    # data a client scores the K models on
+    num_clusters: int = 5  # FedSTL App.: K = 5
+    selection_split: str = "train"  # data a client scores the K models on
 
     def __post_init__(self) -> None:
         super().__post_init__()

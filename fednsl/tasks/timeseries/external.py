@@ -50,9 +50,9 @@ import click
 import numpy as np
 
 from fednsl.tasks.timeseries.data import (
-    REPO_ROOT,
     NORMALISATIONS,
     PERIOD,
+    REPO_ROOT,
     TSData,
     chronological_split,
     make_client,
@@ -60,8 +60,10 @@ from fednsl.tasks.timeseries.data import (
 )
 
 EXTERNAL = ("ct_temperature", "uci_electricity")
-DEFAULT_FILES = {"ct_temperature": Path("ct_temperature") / "ct.npz",
-                 "uci_electricity": Path("uci_electricity") / "electric.npz"}
+DEFAULT_FILES = {
+    "ct_temperature": Path("ct_temperature") / "ct.npz",
+    "uci_electricity": Path("uci_electricity") / "electric.npz",
+}
 MISSING = -99.0
 
 
@@ -69,19 +71,19 @@ MISSING = -99.0
 class ExternalDataConfig:
     """``data:`` block for a prepared external set (fields as in :class:`~fednsl.tasks.timeseries.data.TSDataConfig`)."""
 
-    name: str = "ct_temperature"          # ct_temperature | uci_electricity
-    path: str | None = None               # prepared .npz (default $FEDNSL_SHARED_DATA/<name>/<file>.npz)
-    num_clients: int | None = None        # first N clients of the file (None: all)
+    name: str = "ct_temperature"  # ct_temperature | uci_electricity
+    path: str | None = None  # prepared .npz (default $FEDNSL_SHARED_DATA/<name>/<file>.npz)
+    num_clients: int | None = None  # first N clients of the file (None: all)
     input_len: int = 120
     horizon: int = 24
-    stride: int = PERIOD                  # steps between window starts
+    stride: int = PERIOD  # steps between window starts
     normalise: str = "minmax"
     val_frac: float = 0.15
     test_frac: float = 0.15
-    max_train: int | None = None          # keep at most this many windows per client (evenly spaced)
+    max_train: int | None = None  # keep at most this many windows per client (evenly spaced)
     max_val: int | None = None
     max_test: int | None = None
-    last_steps: int | None = None         # use only the last this-many steps of every series (None: all)
+    last_steps: int | None = None  # use only the last this-many steps of every series (None: all)
 
     def __post_init__(self) -> None:
         if self.name not in EXTERNAL:
@@ -127,13 +129,19 @@ def read_dayton(src: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     need = ["Country", "City", "Month", "Day", "Year", "AvgTemperature"]
     missing = [c for c in need if c not in df.columns]
     if missing:
-        raise ValueError(f"{src}: missing columns {missing} (have {list(df.columns)}); expected the "
-                         "city_temperature.csv layout Region,Country,State,City,Month,Day,Year,AvgTemperature")
+        raise ValueError(
+            f"{src}: missing columns {missing} (have {list(df.columns)}); expected the "
+            "city_temperature.csv layout Region,Country,State,City,Month,Day,Year,AvgTemperature"
+        )
     state = df["State"].fillna("").astype(str) if "State" in df.columns else ""
     key = df["Country"].astype(str) + "/" + np.where(state != "", state + "/", "") + df["City"].astype(str)
     for name, g in df.groupby(key, sort=True):
-        out[str(name)] = _dayton_rows(g["Year"].to_numpy(), g["Month"].to_numpy(), g["Day"].to_numpy(),
-                                      g["AvgTemperature"].to_numpy(dtype=np.float64))
+        out[str(name)] = _dayton_rows(
+            g["Year"].to_numpy(),
+            g["Month"].to_numpy(),
+            g["Day"].to_numpy(),
+            g["AvgTemperature"].to_numpy(dtype=np.float64),
+        )
     return out
 
 
@@ -173,8 +181,15 @@ def _choose(names: list[str], clients: int | None, seed: int) -> list[int]:
     return sorted(int(i) for i in pick)
 
 
-def prepare_ct(src: str | Path, out: str | Path, start: str = "1995-01-01", end: str = "2002-12-31",
-               clients: int | None = None, seed: int = 0, max_missing: float = 0.05) -> dict[str, Any]:
+def prepare_ct(
+    src: str | Path,
+    out: str | Path,
+    start: str = "1995-01-01",
+    end: str = "2002-12-31",
+    clients: int | None = None,
+    seed: int = 0,
+    max_missing: float = 0.05,
+) -> dict[str, Any]:
     """Daily series of every city on ``[start, end]`` → ``out`` (.npz); returns a report."""
     days = np.arange(np.datetime64(start, "D"), np.datetime64(end, "D") + 1)
     if len(days) < 2:
@@ -198,14 +213,28 @@ def prepare_ct(src: str | Path, out: str | Path, start: str = "1995-01-01", end:
         raise ValueError(f"no city has at most {max_missing:.0%} missing days in {start} .. {end}")
     sel = _choose(kept, clients, seed)
     names = [kept[i] for i in sel]
-    np.savez_compressed(out, series=np.stack([rows[i] for i in sel]), names=np.array(names), start=str(days[0]),
-                        step="1D", unit="°F", source=f"University of Dayton daily temperature archive ({src})")
+    np.savez_compressed(
+        out,
+        series=np.stack([rows[i] for i in sel]),
+        names=np.array(names),
+        start=str(days[0]),
+        step="1D",
+        unit="°F",
+        source=f"University of Dayton daily temperature archive ({src})",
+    )
     return {"kept": names, "dropped": dropped, "eligible": len(kept), "days": len(days)}
 
 
-def prepare_electricity(src: str | Path, out: str | Path, resample: int = 60, start: str | None = None,
-                        end: str | None = None, clients: int | None = None, seed: int = 0,
-                        max_zero: float = 0.1) -> dict[str, Any]:
+def prepare_electricity(
+    src: str | Path,
+    out: str | Path,
+    resample: int = 60,
+    start: str | None = None,
+    end: str | None = None,
+    clients: int | None = None,
+    seed: int = 0,
+    max_zero: float = 0.1,
+) -> dict[str, Any]:
     """Mean kW per ``resample`` minutes of every meter on ``[start, end)`` → ``out`` (.npz)."""
     ts, values, names = read_uci_electricity(src)
     lo = ts[0] if start is None else np.datetime64(start, "m")
@@ -236,9 +265,15 @@ def prepare_electricity(src: str | Path, out: str | Path, resample: int = 60, st
     if not kept:
         raise ValueError(f"every meter reads 0 more than {max_zero:.0%} of the time in the chosen range")
     sel = [kept[i] for i in _choose([names[i] for i in kept], clients, seed)]
-    np.savez_compressed(out, series=series[sel], names=np.array([names[i] for i in sel]),
-                        start=str(origin), step=f"{resample}min", unit="kW",
-                        source=f"UCI ElectricityLoadDiagrams20112014 ({src})")
+    np.savez_compressed(
+        out,
+        series=series[sel],
+        names=np.array([names[i] for i in sel]),
+        start=str(origin),
+        step=f"{resample}min",
+        unit="kW",
+        source=f"UCI ElectricityLoadDiagrams20112014 ({src})",
+    )
     return {"kept": [names[i] for i in sel], "dropped": dropped, "eligible": len(kept), "steps": n_b}
 
 
@@ -260,9 +295,11 @@ def load_external(cfg: ExternalDataConfig) -> TSData:
     """A prepared CT or electricity file as a federation: one client per series (module docstring)."""
     path = Path(cfg.path) if cfg.path else default_external_path(cfg.name)
     if not path.exists():
-        raise FileNotFoundError(f"{cfg.name}: prepared file not found at {path}; prepare it with "
-                                f"'python -m fednsl.tasks.timeseries.external {'ct' if cfg.name == 'ct_temperature' else 'electricity'}"
-                                " --src ... --out ...' and set data.path (see fednsl/tasks/timeseries/external.py)")
+        raise FileNotFoundError(
+            f"{cfg.name}: prepared file not found at {path}; prepare it with "
+            f"'python -m fednsl.tasks.timeseries.external {'ct' if cfg.name == 'ct_temperature' else 'electricity'}"
+            " --src ... --out ...' and set data.path (see fednsl/tasks/timeseries/external.py)"
+        )
     with np.load(path, allow_pickle=False) as z:
         missing = [k for k in ("series", "names", "step", "unit") if k not in z.files]
         if missing:
@@ -275,16 +312,33 @@ def load_external(cfg: ExternalDataConfig) -> TSData:
     for i in range(n):
         s = _interp(series[i])
         if cfg.last_steps is not None:
-            s = s[-cfg.last_steps:]
+            s = s[-cfg.last_steps :]
         x, y = make_windows(s, cfg.input_len, cfg.horizon, cfg.stride)
         if len(y) < 3:
-            raise ValueError(f"{path}: client {names[i]!r} has {len(s)} steps, too few for {cfg.input_len} → "
-                             f"{cfg.horizon} windows every {cfg.stride} steps")
+            raise ValueError(
+                f"{path}: client {names[i]!r} has {len(s)} steps, too few for {cfg.input_len} → "
+                f"{cfg.horizon} windows every {cfg.stride} steps"
+            )
         tr, va, te = chronological_split(len(y), cfg.val_frac, cfg.test_frac)
-        clients[f"e{i:0{width}d}"] = make_client(x[tr], y[tr], x[va], y[va], x[te], y[te], cfg,  # type: ignore[arg-type]
-                                                 {"series": names[i]})
-    return TSData(cfg.name, clients, cfg.input_len, cfg.horizon, f"{unit} per {step}", cfg.normalise,
-                  f"{cfg.name} from {path}: {n} of {len(names)} series")
+        clients[f"e{i:0{width}d}"] = make_client(
+            x[tr],
+            y[tr],
+            x[va],
+            y[va],
+            x[te],
+            y[te],
+            cfg,  # type: ignore[arg-type]
+            {"series": names[i]},
+        )
+    return TSData(
+        cfg.name,
+        clients,
+        cfg.input_len,
+        cfg.horizon,
+        f"{unit} per {step}",
+        cfg.normalise,
+        f"{cfg.name} from {path}: {n} of {len(names)} series",
+    )
 
 
 # --- command line ----------------------------------------------------------------------------------------------
@@ -294,19 +348,34 @@ def command() -> None:
 
 
 def _report(rep: dict[str, Any], out: str) -> None:
-    click.echo(f"wrote {out}: {len(rep['kept'])} clients (of {rep['eligible']} eligible; {len(rep['dropped'])} dropped)")
+    click.echo(
+        f"wrote {out}: {len(rep['kept'])} clients (of {rep['eligible']} eligible; {len(rep['dropped'])} dropped)"
+    )
     for name, why in list(rep["dropped"].items())[:20]:
         click.echo(f"  dropped {name}: {why}")
 
 
-@command.command("ct", help="University of Dayton daily temperatures (directory of city .txt files or city_temperature.csv).")
-@click.option("--src", required=True, type=click.Path(exists=True), help="Directory of per-city .txt files or city_temperature.csv.")
+@command.command(
+    "ct", help="University of Dayton daily temperatures (directory of city .txt files or city_temperature.csv)."
+)
+@click.option(
+    "--src",
+    required=True,
+    type=click.Path(exists=True),
+    help="Directory of per-city .txt files or city_temperature.csv.",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output .npz.")
 @click.option("--start", default="1995-01-01", show_default=True, help="First day (paper: 1995).")
 @click.option("--end", default="2002-12-31", show_default=True, help="Last day (paper: 2002).")
 @click.option("--clients", type=int, default=None, help="Draw this many cities at random (paper: 100); default all.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random draw of cities.")
-@click.option("--max-missing", type=float, default=0.05, show_default=True, help="Drop cities with a larger share of missing days.")
+@click.option(
+    "--max-missing",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Drop cities with a larger share of missing days.",
+)
 def ct_command(src: str, out: str, start: str, end: str, clients: int | None, seed: int, max_missing: float) -> None:
     _report(prepare_ct(src, out, start, end, clients, seed, max_missing), out)
 
@@ -319,14 +388,32 @@ def ct_command(src: str, out: str, start: str, end: str, clients: int | None, se
 @click.option("--end", default=None, help="Timestamps before this are kept; default: file end.")
 @click.option("--clients", type=int, default=None, help="Draw this many meters at random (paper: 100); default all.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random draw of meters.")
-@click.option("--max-zero", type=float, default=0.1, show_default=True, help="Drop meters reading 0 more often than this.")
-def electricity_command(src: str, out: str, resample: int, start: str | None, end: str | None, clients: int | None,
-                        seed: int, max_zero: float) -> None:
+@click.option(
+    "--max-zero", type=float, default=0.1, show_default=True, help="Drop meters reading 0 more often than this."
+)
+def electricity_command(
+    src: str,
+    out: str,
+    resample: int,
+    start: str | None,
+    end: str | None,
+    clients: int | None,
+    seed: int,
+    max_zero: float,
+) -> None:
     _report(prepare_electricity(src, out, resample, start, end, clients, seed, max_zero), out)
 
 
-__all__ = ["EXTERNAL", "ExternalDataConfig", "default_external_path", "load_external", "prepare_ct",
-           "prepare_electricity", "read_dayton", "read_uci_electricity"]
+__all__ = [
+    "EXTERNAL",
+    "ExternalDataConfig",
+    "default_external_path",
+    "load_external",
+    "prepare_ct",
+    "prepare_electricity",
+    "read_dayton",
+    "read_uci_electricity",
+]
 
 if __name__ == "__main__":  # pragma: no cover
     command()

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from kg.seeding import derive_seed
+from fednsl.common.torch_utils import torch_threads
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message, Schema
-from fednsl.federation.roles import Client, Metrics, Stage, Strategy
+from fednsl.federation.roles import Client, Metrics, SchemaSource, Stage, Strategy
 from fednsl.registry import build_kwargs
 from fednsl.tasks.timeseries.baselines import NAIVE
 from fednsl.tasks.timeseries.data import PERIOD, ClientSeries, TSData, TSDataConfig, load_timeseries
@@ -43,12 +43,17 @@ from fednsl.tasks.timeseries.properties import (
     property_loss,
 )
 from fednsl.tasks.timeseries.training import METRIC_NAMES, Objective, forecast_metrics, predict
-from fednsl.common.torch_utils import torch_threads
+from kg.seeding import derive_seed
 from rules import stl
 
 EVAL_PREFIXES = ("", "s_", "t_", "naive_mean_", "naive_last_")
-EVAL_METRICS = ("num_examples", *(p + m for p in EVAL_PREFIXES for m in METRIC_NAMES),
-                "truth_rho", "truth_step_rho", "cluster")
+EVAL_METRICS = (
+    "num_examples",
+    *(p + m for p in EVAL_PREFIXES for m in METRIC_NAMES),
+    "truth_rho",
+    "truth_step_rho",
+    "cluster",
+)
 EVAL_SCHEMA = Schema(metrics=EVAL_METRICS)
 SPLITS = ("train", "val", "test")
 
@@ -57,18 +62,18 @@ SPLITS = ("train", "val", "test")
 class TSTrainConfig:
     """``method_kwargs`` shared by the forecasting methods."""
 
-    model: dict[str, Any] = field(default_factory=dict)      # ModelConfig fields
-    property: dict[str, Any] = field(default_factory=dict)   # PropertyConfig fields (for ρ%, L_p, teacher)
-    lr: float = 0.05                  # client SGD learning rate (paper: ≤ 1e-3 over far more steps)
-    momentum: float = 0.5             # FedSTL code
-    weight_decay: float = 1e-4        # FedSTL App.
-    batch_size: int = 64              # FedSTL App.
-    local_epochs: int = 10            # FedSTL App.: 10 for the baselines
-    max_batches: int | None = None    # cap on batches per epoch (code: local_updates = 10)
-    grad_clip: float | None = None    # gradient-norm clip (LogiCP code: 0.5 for the transformer)
-    final_round_all: bool = True      # last round trains every client (FedSTL code)
-    eval_split: str = "test"          # split the evaluate stage scores
-    threads: int = 1                  # torch intra-op threads per client call (0: leave as is)
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields
+    property: dict[str, Any] = field(default_factory=dict)  # PropertyConfig fields (for ρ%, L_p, teacher)
+    lr: float = 0.05  # client SGD learning rate (paper: ≤ 1e-3 over far more steps)
+    momentum: float = 0.5  # FedSTL code
+    weight_decay: float = 1e-4  # FedSTL App.
+    batch_size: int = 64  # FedSTL App.
+    local_epochs: int = 10  # FedSTL App.: 10 for the baselines
+    max_batches: int | None = None  # cap on batches per epoch (code: local_updates = 10)
+    grad_clip: float | None = None  # gradient-norm clip (LogiCP code: 0.5 for the transformer)
+    final_round_all: bool = True  # last round trains every client (FedSTL code)
+    eval_split: str = "test"  # split the evaluate stage scores
+    threads: int = 1  # torch intra-op threads per client call (0: leave as is)
 
     def __post_init__(self) -> None:
         self.model_config()
@@ -86,17 +91,28 @@ class TSTrainConfig:
 
     def sgd_config(self) -> dict[str, Any]:
         """The SGD settings sent to clients in ``msg.config``."""
-        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay,
-                "batch_size": self.batch_size, "local_epochs": self.local_epochs,
-                "max_batches": self.max_batches, "grad_clip": self.grad_clip}
+        return {
+            "lr": self.lr,
+            "momentum": self.momentum,
+            "weight_decay": self.weight_decay,
+            "batch_size": self.batch_size,
+            "local_epochs": self.local_epochs,
+            "max_batches": self.max_batches,
+            "grad_clip": self.grad_clip,
+        }
 
 
 def sgd_kwargs(c: Mapping[str, Any], epochs_key: str = "local_epochs") -> dict[str, Any]:
     """``sgd_epochs`` keyword arguments from a message config (see :meth:`TSTrainConfig.sgd_config`)."""
-    return {"epochs": int(c[epochs_key]), "batch_size": int(c["batch_size"]), "lr": float(c["lr"]),
-            "momentum": float(c["momentum"]), "weight_decay": float(c["weight_decay"]),
-            "max_batches": None if c.get("max_batches") is None else int(c["max_batches"]),
-            "grad_clip": None if c.get("grad_clip") is None else float(c["grad_clip"])}
+    return {
+        "epochs": int(c[epochs_key]),
+        "batch_size": int(c["batch_size"]),
+        "lr": float(c["lr"]),
+        "momentum": float(c["momentum"]),
+        "weight_decay": float(c["weight_decay"]),
+        "max_batches": None if c.get("max_batches") is None else int(c["max_batches"]),
+        "grad_clip": None if c.get("grad_clip") is None else float(c["grad_clip"]),
+    }
 
 
 @dataclass
@@ -118,8 +134,12 @@ class TSSetup:
         return derive_seed(self.run_seed, index, *purpose.encode())
 
     def summary(self) -> dict[str, Any]:
-        return {**self.data.summary(), "model": self.model_cfg.name, "template": self.template.name,
-                "template_params": len(self.template.params)}
+        return {
+            **self.data.summary(),
+            "model": self.model_cfg.name,
+            "template": self.template.name,
+            "template_params": len(self.template.params),
+        }
 
 
 def ts_setup(config: RunConfig, cfg: TSTrainConfig) -> TSSetup:
@@ -133,8 +153,16 @@ def ts_setup(config: RunConfig, cfg: TSTrainConfig) -> TSSetup:
 class ForecastClient(Client):
     """Private windows, a forecaster and the mined property φ_i; only declared fields leave."""
 
-    def __init__(self, cid: str, data: ClientSeries, model: Forecaster, template: stl.Template,
-                 margin: float = 0.0, eval_split: str = "test", threads: int = 1) -> None:
+    def __init__(
+        self,
+        cid: str,
+        data: ClientSeries,
+        model: Forecaster,
+        template: stl.Template,
+        margin: float = 0.0,
+        eval_split: str = "test",
+        threads: int = 1,
+    ) -> None:
         self.cid, self.data, self.model = cid, data, model
         self.eval_split, self.threads = eval_split, int(threads)
         self.x = torch.from_numpy(data.x_train)
@@ -172,7 +200,7 @@ class ForecastClient(Client):
         if split not in self._reference:
             x, y = self.split(split)
             out: dict[str, float] = {}
-            for name, fn in (NAIVE.items() if x.shape[1] >= PERIOD else ()):  # need one full day of input
+            for name, fn in NAIVE.items() if x.shape[1] >= PERIOD else ():  # need one full day of input
                 pred = torch.from_numpy(fn(x.numpy(), y.shape[1]).astype(np.float32))
                 out.update(forecast_metrics(pred, y, self.prop, self.data.scale, prefix=f"{name}_"))
             truth = forecast_metrics(y, y, self.prop, self.data.scale, prefix="truth_")
@@ -180,8 +208,9 @@ class ForecastClient(Client):
             self._reference[split] = out
         return dict(self._reference[split])
 
-    def evaluation(self, model: nn.Module, split: str | None = None, cluster_model: nn.Module | None = None,
-                   teacher: bool = True) -> dict[str, float]:
+    def evaluation(
+        self, model: nn.Module, split: str | None = None, cluster_model: nn.Module | None = None, teacher: bool = True
+    ) -> dict[str, float]:
         """Metrics of the deployed ``model`` (and teacher / cluster rows) on ``split``."""
         split = split or self.eval_split
         x, y = self.split(split)
@@ -218,7 +247,7 @@ class TSStrategy(Strategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         return weighted_metric_means(replies.values(), skip=("num_examples", "cluster"))
 
-    def evaluate_stage(self, request: Schema | None = None, extra_metrics: Sequence[str] = ()) -> Stage:
+    def evaluate_stage(self, request: SchemaSource | None = None, extra_metrics: Sequence[str] = ()) -> Stage:
         """The evaluate stage every forecasting method shares (metrics only leave the clients)."""
         reply = Schema(metrics=(*EVAL_SCHEMA.metrics, *extra_metrics)) if extra_metrics else EVAL_SCHEMA
         return Stage("evaluate", self.configure_evaluate, self.aggregate_evaluate, reply=reply, request=request)
@@ -244,11 +273,23 @@ ClientFactory = Callable[[str, ClientSeries, Forecaster], Client]
 def make_clients(setup: TSSetup, factory: ClientFactory) -> dict[str, Client]:
     """One client per data client; client ``i``'s model is initialised from ``model_seed("client", i)``
     (its private head starts there; shared layers are overwritten by the server's)."""
-    return {cid: factory(cid, series, setup.new_model(setup.model_seed("client", i)))
-            for i, (cid, series) in enumerate(sorted(setup.data.clients.items()))}
+    return {
+        cid: factory(cid, series, setup.new_model(setup.model_seed("client", i)))
+        for i, (cid, series) in enumerate(sorted(setup.data.clients.items()))
+    }
 
 
 __all__ = [
-    "EVAL_METRICS", "EVAL_PREFIXES", "EVAL_SCHEMA", "ForecastClient", "SPLITS", "TSSetup", "TSStrategy",
-    "TSTrainConfig", "make_clients", "sgd_kwargs", "ts_setup", "weighted_metric_means",
+    "EVAL_METRICS",
+    "EVAL_PREFIXES",
+    "EVAL_SCHEMA",
+    "ForecastClient",
+    "SPLITS",
+    "TSSetup",
+    "TSStrategy",
+    "TSTrainConfig",
+    "make_clients",
+    "sgd_kwargs",
+    "ts_setup",
+    "weighted_metric_means",
 ]

@@ -42,16 +42,16 @@ MODEL_NAMES = ("rnn", "gru", "lstm", "transformer")
 class ModelConfig:
     """``method_kwargs.model`` of the time-series methods."""
 
-    name: str = "rnn"                  # rnn | gru | lstm | transformer
-    hidden: int = 16                   # recurrent: hidden units per layer (code: 16)
-    layers: int = 2                    # recurrent: stacked cells (code: 2)
-    d_model: int = 32                  # transformer width (code: 120)
-    nhead: int = 2                     # transformer heads (code: 2)
+    name: str = "rnn"  # rnn | gru | lstm | transformer
+    hidden: int = 16  # recurrent: hidden units per layer (code: 16)
+    layers: int = 2  # recurrent: stacked cells (code: 2)
+    d_model: int = 32  # transformer width (code: 120)
+    nhead: int = 2  # transformer heads (code: 2)
     enc_layers: int = 2
     dec_layers: int = 2
-    ff: int = 64                       # transformer feed-forward width (code: 200)
-    dropout: float = 0.0               # (code: 0.2 transformer)
-    shared: list[str] | None = None    # module-name prefixes of the shared part (None: model default)
+    ff: int = 64  # transformer feed-forward width (code: 200)
+    dropout: float = 0.0  # (code: 0.2 transformer)
+    shared: list[str] | None = None  # module-name prefixes of the shared part (None: model default)
 
     def __post_init__(self) -> None:
         if self.name not in MODEL_NAMES:
@@ -75,8 +75,10 @@ class Forecaster(nn.Module):
         keys = list(self.state_dict())
         for p in prefixes:
             if not any(_matches(k, p) for k in keys):
-                raise ValueError(f"{type(self).__name__}: shared prefix {p!r} matches no parameter; "
-                                 f"modules: {sorted({k.split('.')[0] for k in keys})}")
+                raise ValueError(
+                    f"{type(self).__name__}: shared prefix {p!r} matches no parameter; "
+                    f"modules: {sorted({k.split('.')[0] for k in keys})}"
+                )
         self.shared = prefixes
 
     def shared_keys(self) -> list[str]:
@@ -107,8 +109,16 @@ class RecurrentForecaster(Forecaster):
     default_shared = ("rnn",)
     CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
-    def __init__(self, cell: str, input_len: int, horizon: int, hidden: int = 16, layers: int = 2,
-                 dropout: float = 0.0, shared: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        cell: str,
+        input_len: int,
+        horizon: int,
+        hidden: int = 16,
+        layers: int = 2,
+        dropout: float = 0.0,
+        shared: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(input_len, horizon)
         if cell not in self.CELLS:
             raise ValueError(f"cell must be one of {list(self.CELLS)}, got {cell!r}")
@@ -116,8 +126,9 @@ class RecurrentForecaster(Forecaster):
         if self.window < 1:
             raise ValueError(f"recurrent forecaster needs input_len > horizon, got {input_len} <= {horizon}")
         self.cell = cell
-        self.rnn = self.CELLS[cell](self.window, hidden, num_layers=layers, batch_first=True,
-                                    dropout=dropout if layers > 1 else 0.0)
+        self.rnn = self.CELLS[cell](
+            self.window, hidden, num_layers=layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
+        )
         self.head = nn.Linear(hidden, 1)
         self._set_shared(shared)
 
@@ -145,9 +156,18 @@ class TransformerForecaster(Forecaster):
 
     default_shared = ("encoder_input_layer", "decoder_input_layer", "linear_mapping")
 
-    def __init__(self, input_len: int, horizon: int, d_model: int = 32, nhead: int = 2, enc_layers: int = 2,
-                 dec_layers: int = 2, ff: int = 64, dropout: float = 0.0,
-                 shared: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        input_len: int,
+        horizon: int,
+        d_model: int = 32,
+        nhead: int = 2,
+        enc_layers: int = 2,
+        dec_layers: int = 2,
+        ff: int = 64,
+        dropout: float = 0.0,
+        shared: Sequence[str] | None = None,
+    ) -> None:
         super().__init__(input_len, horizon)
         if horizon > input_len:
             raise ValueError(f"transformer forecaster needs horizon <= input_len, got {horizon} > {input_len}")
@@ -156,10 +176,13 @@ class TransformerForecaster(Forecaster):
         self.encoder_input_layer = nn.Linear(1, d_model)
         self.decoder_input_layer = nn.Linear(1, d_model)
         self.encoder = nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(d_model, nhead, ff, dropout, batch_first=True), enc_layers,
-            enable_nested_tensor=False)
+            nn.TransformerEncoderLayer(d_model, nhead, ff, dropout, batch_first=True),
+            enc_layers,
+            enable_nested_tensor=False,
+        )
         self.decoder = nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(d_model, nhead, ff, dropout, batch_first=True), dec_layers)
+            nn.TransformerDecoderLayer(d_model, nhead, ff, dropout, batch_first=True), dec_layers
+        )
         self.linear_mapping = nn.Linear(d_model, 1)
         self.register_buffer("positions", sinusoid_positions(input_len, d_model), persistent=False)
         mask = torch.triu(torch.full((horizon, horizon), float("-inf")), diagonal=1)
@@ -169,7 +192,7 @@ class TransformerForecaster(Forecaster):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         L, H = self.input_len, self.horizon
         src = self.encoder_input_layer(x[..., None]) + self.positions
-        tgt = self.decoder_input_layer(x[:, L - H:, None]) + self.positions[L - H:]
+        tgt = self.decoder_input_layer(x[:, L - H :, None]) + self.positions[L - H :]
         memory = self.encoder(src)
         out = self.decoder(tgt, memory, tgt_mask=self.tgt_mask)
         return self.linear_mapping(out).squeeze(-1)
@@ -217,11 +240,21 @@ def build_forecaster(cfg: ModelConfig | Mapping[str, Any], input_len: int, horiz
     """A forecaster from ``cfg``, initialised from ``torch.Generator().manual_seed(seed)``."""
     if not isinstance(cfg, ModelConfig):
         from fednsl.registry import build_kwargs
+
         cfg = build_kwargs(ModelConfig, cfg, "method_kwargs.model")
     with seeded_global_rng(None):  # torch's constructors draw defaults: keep the global RNG as it was
         if cfg.name == "transformer":
-            model: Forecaster = TransformerForecaster(input_len, horizon, cfg.d_model, cfg.nhead, cfg.enc_layers,
-                                                      cfg.dec_layers, cfg.ff, cfg.dropout, cfg.shared)
+            model: Forecaster = TransformerForecaster(
+                input_len,
+                horizon,
+                cfg.d_model,
+                cfg.nhead,
+                cfg.enc_layers,
+                cfg.dec_layers,
+                cfg.ff,
+                cfg.dropout,
+                cfg.shared,
+            )
         else:
             model = RecurrentForecaster(cfg.name, input_len, horizon, cfg.hidden, cfg.layers, cfg.dropout, cfg.shared)
     reset_parameters(model, torch.Generator().manual_seed(int(seed)))
@@ -229,6 +262,12 @@ def build_forecaster(cfg: ModelConfig | Mapping[str, Any], input_len: int, horiz
 
 
 __all__ = [
-    "MODEL_NAMES", "Forecaster", "ModelConfig", "RecurrentForecaster", "TransformerForecaster",
-    "build_forecaster", "reset_parameters", "sinusoid_positions",
+    "MODEL_NAMES",
+    "Forecaster",
+    "ModelConfig",
+    "RecurrentForecaster",
+    "TransformerForecaster",
+    "build_forecaster",
+    "reset_parameters",
+    "sinusoid_positions",
 ]

@@ -32,18 +32,19 @@ def read_windows_npz(path: Path, need: tuple[str, ...] = ARRAYS) -> dict[str, np
                 try:
                     arr[k] = z[k]
                 except ValueError as exc:  # object arrays need pickles, which are refused
-                    raise ValueError(f"{path}: array {k!r} cannot be read without unpickling ({exc}); "
-                                     "expected a numeric array") from None
+                    raise ValueError(
+                        f"{path}: array {k!r} cannot be read without unpickling ({exc}); expected a numeric array"
+                    ) from None
     except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
-        raise ValueError(f"{path}: truncated or corrupt .npz archive ({exc}); expected a complete zip of "
-                         f".npy arrays {list(need)}") from None
+        raise ValueError(
+            f"{path}: truncated or corrupt .npz archive ({exc}); expected a complete zip of .npy arrays {list(need)}"
+        ) from None
     except OSError as exc:
         raise ValueError(f"{path}: not an .npz archive ({exc}); expected a zip of .npy arrays {list(need)}") from None
     except ValueError as exc:
         if str(exc).startswith(str(path)):
             raise
-        raise ValueError(f"{path}: not an .npz archive ({exc}); expected a zip of .npy arrays "
-                         f"{list(need)}") from None
+        raise ValueError(f"{path}: not an .npz archive ({exc}); expected a zip of .npy arrays {list(need)}") from None
     for k, a in arr.items():
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
             raise ValueError(f"{path}: array {k!r} has dtype {a.dtype}; expected numbers")
@@ -68,8 +69,9 @@ def read_windows_npz(path: Path, need: tuple[str, ...] = ARRAYS) -> dict[str, np
     return arr
 
 
-def check_finite(arr: dict[str, np.ndarray], names: list[str], path: Path, impute: str = "none",
-                 clients: int | None = None) -> dict[str, np.ndarray]:
+def check_finite(
+    arr: dict[str, np.ndarray], names: list[str], path: Path, impute: str = "none", clients: int | None = None
+) -> dict[str, np.ndarray]:
     """Stop at the first NaN/inf of the first ``clients`` rows, or fill them (``impute="interpolate"``).
 
     Interpolation is linear along the steps of each window (edges take the nearest finite value); a window
@@ -87,15 +89,17 @@ def check_finite(arr: dict[str, np.ndarray], names: list[str], path: Path, imput
         c, w, t = (int(i) for i in np.argwhere(bad)[0])
         where = f"{path}: client {names[c]!r}, array {k!r}, window {w}, step {t} is {part[c, w, t]}"
         if impute == "none":
-            raise ValueError(f"{where} ({int(bad.sum())} non-finite values in {k!r}); fix the data or set "
-                             "data.impute=interpolate")
+            raise ValueError(
+                f"{where} ({int(bad.sum())} non-finite values in {k!r}); fix the data or set data.impute=interpolate"
+            )
         fixed = np.array(a, dtype=np.float64)
         for ci, wi in {(int(i), int(j)) for i, j, _ in np.argwhere(bad)}:
             row = fixed[ci, wi]
             ok = np.isfinite(row)
             if not ok.any():
-                raise ValueError(f"{path}: client {names[ci]!r}, array {k!r}, window {wi} has no finite value "
-                                 "to interpolate from")
+                raise ValueError(
+                    f"{path}: client {names[ci]!r}, array {k!r}, window {wi} has no finite value to interpolate from"
+                )
             steps = np.arange(len(row))
             fixed[ci, wi] = np.interp(steps, steps[ok], row[ok])
         out[k] = fixed.astype(a.dtype)

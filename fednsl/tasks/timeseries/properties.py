@@ -35,10 +35,10 @@ LP_KINDS = ("l1", "squared", "violation")
 class PropertyConfig:
     """``method_kwargs.property``: which Table-1 template to mine per client."""
 
-    template: str = "operational_range"   # a one-signal template of rules.stl.TEMPLATES
-    width: int = 2                        # window width in steps (2: FedSTL's two-hour windows)
-    count: int | None = None              # conjuncts (None: horizon // width)
-    margin: float = 0.0                   # loosen every mined bound by this much (normalised units)
+    template: str = "operational_range"  # a one-signal template of rules.stl.TEMPLATES
+    width: int = 2  # window width in steps (2: FedSTL's two-hour windows)
+    count: int | None = None  # conjuncts (None: horizon // width)
+    margin: float = 0.0  # loosen every mined bound by this much (normalised units)
 
     def __post_init__(self) -> None:
         if self.template not in stl.TEMPLATES:
@@ -96,8 +96,10 @@ class ClientProperty:
         """Inverse of :meth:`vector` (what a client sends to the server)."""
         v = np.asarray(vector, dtype=np.float32).reshape(-1)
         if len(v) != len(template.params):
-            raise ValueError(f"property vector has {len(v)} entries, template {template.name!r} has "
-                             f"{len(template.params)} parameters")
+            raise ValueError(
+                f"property vector has {len(v)} entries, template {template.name!r} has "
+                f"{len(template.params)} parameters"
+            )
         return cls.from_params(template, dict(zip(template.params, v)), horizon)
 
     def vector(self) -> np.ndarray:
@@ -165,5 +167,14 @@ def stack_bands(props: Sequence[ClientProperty]) -> tuple[torch.Tensor, torch.Te
     return torch.stack([p.lower for p in props]), torch.stack([p.upper for p in props])  # type: ignore[misc]
 
 
-__all__ = ["LP_KINDS", "ClientProperty", "PropertyConfig", "band_loss", "has_band", "make_template",
-           "mine_property", "property_loss", "stack_bands"]
+__all__ = [
+    "LP_KINDS",
+    "ClientProperty",
+    "PropertyConfig",
+    "band_loss",
+    "has_band",
+    "make_template",
+    "mine_property",
+    "property_loss",
+    "stack_bands",
+]

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema, weights_schema, weights_request_schema
+from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema, weights_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.tasks.timeseries.clients import pack_models
 from fednsl.tasks.timeseries.federated import TSStrategy, TSTrainConfig
@@ -34,8 +34,13 @@ def _train_loss(replies: Mapping[str, Message]) -> Metrics:
 class TSAverageStrategy(TSStrategy):
     """Weighted mean of the clients' copies of ``initial``'s arrays (FedAvg, McMahan et al. 2017)."""
 
-    def __init__(self, initial: Mapping[str, np.ndarray], cfg: TSTrainConfig, rounds: int,
-                 extra_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        initial: Mapping[str, np.ndarray],
+        cfg: TSTrainConfig,
+        rounds: int,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(cfg, rounds)
         self.weights = _copy(initial)
         self.extra = dict(extra_config or {})
@@ -53,10 +58,16 @@ class TSAverageStrategy(TSStrategy):
 
     def declare_stages(self) -> tuple[Stage, ...]:
         request = lambda: weights_request_schema(self.weights)  # noqa: E731
-        return (Stage("train", self.configure_train, self.aggregate_train,
-                      reply=lambda: weights_schema(list(self.weights), extra_metrics=("train_loss",)),
-                      request=request),
-                self.evaluate_stage(request))
+        return (
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=lambda: weights_schema(list(self.weights), extra_metrics=("train_loss",)),
+                request=request,
+            ),
+            self.evaluate_stage(request),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"weights": _copy(self.weights)}
@@ -68,8 +79,13 @@ class TSAverageStrategy(TSStrategy):
 class TSIFCAStrategy(TSStrategy):
     """IFCA server (Ghosh et al. 2020, Alg. 1): K models, per-cluster weighted averaging."""
 
-    def __init__(self, initial: Sequence[Mapping[str, np.ndarray]], cfg: TSTrainConfig, rounds: int,
-                 selection_split: str = "train") -> None:
+    def __init__(
+        self,
+        initial: Sequence[Mapping[str, np.ndarray]],
+        cfg: TSTrainConfig,
+        rounds: int,
+        selection_split: str = "train",
+    ) -> None:
         super().__init__(cfg, rounds)
         self.models = [_copy(m) for m in initial]
         self.selection_split = selection_split
@@ -79,7 +95,9 @@ class TSIFCAStrategy(TSStrategy):
         return {"num_clusters": len(self.models), "selection_split": self.selection_split}
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
-        return Message("train", rnd, arrays=pack_models(self.models), config={**self.cfg.sgd_config(), **self._config()})
+        return Message(
+            "train", rnd, arrays=pack_models(self.models), config={**self.cfg.sgd_config(), **self._config()}
+        )
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         chosen = {cid: int(r.arrays["cluster"][0]) for cid, r in replies.items()}
@@ -100,19 +118,25 @@ class TSIFCAStrategy(TSStrategy):
         return out
 
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
-        return Message("evaluate", rnd, arrays=pack_models(self.models),
-                       config={"split": self.cfg.eval_split, **self._config()})
+        return Message(
+            "evaluate", rnd, arrays=pack_models(self.models), config={"split": self.cfg.eval_split, **self._config()}
+        )
 
     def declare_stages(self) -> tuple[Stage, ...]:
-        return (Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema),
-                self.evaluate_stage())
+        return (
+            Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema),
+            self.evaluate_stage(),
+        )
 
     def train_reply_schema(self) -> Schema:
         """One model of the server's shapes, and which of the K clusters it belongs to."""
         base = weights_schema(list(self.models[0]), extra_metrics=("train_loss",))
         arrays = tuple(ArraySpec(k, "weights", shape=tuple(v.shape)) for k, v in self.models[0].items())
-        return Schema(arrays=(*arrays, ArraySpec("cluster", "ids", "int", (1,), high=len(self.models))),
-                      metrics=base.metrics, required_metrics=base.required_metrics)
+        return Schema(
+            arrays=(*arrays, ArraySpec("cluster", "ids", "int", (1,), high=len(self.models))),
+            metrics=base.metrics,
+            required_metrics=base.required_metrics,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": [_copy(m) for m in self.models], "sizes": self.sizes.copy()}

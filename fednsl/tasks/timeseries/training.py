@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from kg.seeding import seeded_global_rng
-
 from fednsl.tasks.timeseries.properties import ClientProperty
+from kg.seeding import seeded_global_rng
 
 Objective = Callable[..., torch.Tensor]  # (pred, y_batch, *aux_batch) -> scalar
 
@@ -29,26 +28,43 @@ def mse_objective(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (pred - y).pow(2).mean()
 
 
-def minibatches(n: int, batch_size: int, gen: torch.Generator, max_batches: int | None = None) -> Iterator[torch.Tensor]:
+def minibatches(
+    n: int, batch_size: int, gen: torch.Generator, max_batches: int | None = None
+) -> Iterator[torch.Tensor]:
     """Index batches of one shuffled pass over ``n`` items (at most ``max_batches``)."""
     order = torch.randperm(n, generator=gen)
     for b, start in enumerate(range(0, n, batch_size)):
         if max_batches is not None and b >= max_batches:
             return
-        yield order[start:start + batch_size]
+        yield order[start : start + batch_size]
 
 
 def _uses_dropout(model: nn.Module) -> bool:
     """Whether training samples dropout masks (from the global RNG)."""
-    return any((isinstance(m, nn.Dropout) and m.p > 0) or (isinstance(m, nn.RNNBase) and m.dropout > 0)
-               for m in model.modules())
+    return any(
+        (isinstance(m, nn.Dropout) and m.p > 0) or (isinstance(m, nn.RNNBase) and m.dropout > 0)
+        for m in model.modules()
+    )
 
 
-def sgd_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int, lr: float,
-               gen: torch.Generator, momentum: float = 0.0, weight_decay: float = 0.0,
-               params: Sequence[nn.Parameter] | None = None, objective: Objective = mse_objective,
-               regulariser: Callable[[], torch.Tensor] | None = None, max_batches: int | None = None,
-               grad_clip: float | None = None, aux: Sequence[torch.Tensor] = ()) -> float:
+def sgd_epochs(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    gen: torch.Generator,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    params: Sequence[nn.Parameter] | None = None,
+    objective: Objective = mse_objective,
+    regulariser: Callable[[], torch.Tensor] | None = None,
+    max_batches: int | None = None,
+    grad_clip: float | None = None,
+    aux: Sequence[torch.Tensor] = (),
+) -> float:
     """Minibatch SGD; returns the mean objective (without the regulariser) over the steps taken.
 
     ``aux``: per-row tensors (same first dimension as ``y``) passed, batched alongside, to
@@ -61,7 +77,7 @@ def sgd_epochs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: in
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     dropout = _uses_dropout(model)
     # dropout draws from the global RNG: seed a forked copy from gen (reproducible, restored afterwards)
-    fork = seeded_global_rng(int(torch.randint(0, 2 ** 62, (1,), generator=gen))) if dropout else contextlib.nullcontext()
+    fork = seeded_global_rng(int(torch.randint(0, 2**62, (1,), generator=gen))) if dropout else contextlib.nullcontext()
     total, steps = 0.0, 0
     was_training = model.training
     with fork:
@@ -96,7 +112,7 @@ def predict(model: nn.Module, x: torch.Tensor | np.ndarray, batch_size: int = 10
     try:
         if len(x) == 0:
             return torch.empty(0, getattr(model, "horizon", 0))
-        return torch.cat([model(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+        return torch.cat([model(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
     finally:
         model.train(was)
 
@@ -105,8 +121,9 @@ METRIC_NAMES = ("mse", "mse_orig", "rho", "step_rho")
 
 
 @torch.no_grad()
-def forecast_metrics(pred: torch.Tensor, y: torch.Tensor, prop: ClientProperty | None, scale: float,
-                     prefix: str = "") -> dict[str, float]:
+def forecast_metrics(
+    pred: torch.Tensor, y: torch.Tensor, prop: ClientProperty | None, scale: float, prefix: str = ""
+) -> dict[str, float]:
     """``{prefix}mse`` (normalised), ``{prefix}mse_orig`` (= mse·scale², original units),
     ``{prefix}rho`` (% of forecasts with ρ(φ_i, ŷ) ≥ 0) and ``{prefix}step_rho`` (% of steps inside
     the band; band templates only)."""

@@ -20,8 +20,9 @@ from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.training import Objective, mse_objective, predict, sgd_epochs
 
 
-def proximal_term(params: Sequence[nn.Parameter], reference: Sequence[torch.Tensor], mu: float
-                  ) -> Callable[[], torch.Tensor]:
+def proximal_term(
+    params: Sequence[nn.Parameter], reference: Sequence[torch.Tensor], mu: float
+) -> Callable[[], torch.Tensor]:
     """A regulariser closure ``μ/2·Σ‖p − ref‖²`` (``reference`` detached copies)."""
     refs = [r.detach().clone() for r in reference]
     if len(refs) != len(params):
@@ -33,13 +34,24 @@ def proximal_term(params: Sequence[nn.Parameter], reference: Sequence[torch.Tens
     return reg
 
 
-def fedrep_update(model: Forecaster, x: torch.Tensor, y: torch.Tensor, *, head_epochs: int, body_epochs: int,
-                  gen: torch.Generator, objective: Objective = mse_objective, **sgd: Any) -> tuple[float, float]:
+def fedrep_update(
+    model: Forecaster,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    head_epochs: int,
+    body_epochs: int,
+    gen: torch.Generator,
+    objective: Objective = mse_objective,
+    **sgd: Any,
+) -> tuple[float, float]:
     """FedRep's alternating local update; returns (head-phase loss, body-phase loss)."""
-    head_loss = sgd_epochs(model, x, y, epochs=head_epochs, gen=gen, params=model.head_parameters(),
-                           objective=objective, **sgd)
-    body_loss = sgd_epochs(model, x, y, epochs=body_epochs, gen=gen, params=model.shared_parameters(),
-                           objective=objective, **sgd)
+    head_loss = sgd_epochs(
+        model, x, y, epochs=head_epochs, gen=gen, params=model.head_parameters(), objective=objective, **sgd
+    )
+    body_loss = sgd_epochs(
+        model, x, y, epochs=body_epochs, gen=gen, params=model.shared_parameters(), objective=objective, **sgd
+    )
     return head_loss, body_loss
 
 

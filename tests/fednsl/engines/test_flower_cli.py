@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
+import tomllib
 from click.testing import CliRunner
 
 pytest.importorskip("flwr")

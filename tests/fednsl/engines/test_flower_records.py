@@ -12,7 +12,11 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa
 from flwr.app.metadata import validate_message_type  # noqa: E402
 
 from fednsl.engines.flower_records import (  # noqa: E402
-    RecordTranslationError, from_recorddict, is_fednsl, message_type, to_recorddict,
+    RecordTranslationError,
+    from_recorddict,
+    is_fednsl,
+    message_type,
+    to_recorddict,
 )
 from fednsl.federation.records import Message  # noqa: E402
 
@@ -58,8 +62,8 @@ def test_round_trip_is_exact():
 
 def test_round_trip_through_flower_serialisation():
     """Deflate/inflate the RecordDict the way Flower puts it on the wire (protobuf objects)."""
-    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+    from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
     msg = rich_message()
     content = to_recorddict(msg)

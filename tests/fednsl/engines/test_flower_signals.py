@@ -14,10 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 pytest.importorskip("flwr")
 pytestmark = [pytest.mark.flower, pytest.mark.slow]

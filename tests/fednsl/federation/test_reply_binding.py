@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.config import FederationConfig, RunConfig
 from fednsl.federation.records import InvalidMessageError, Message
 from fednsl.federation.roles import Client, Stage, StageError, handles
 from fednsl.federation.runner import Federation, InProcessRunner
-from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.pipeline import build_federation, train
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
+from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
 from fednsl.methods.fednsl.posterior import (
     instance_log_posterior,
     kl_divergence,
@@ -16,7 +17,6 @@ from fednsl.methods.fednsl.posterior import (
     score_h,
     triple_posterior,
 )
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
@@ -27,7 +27,6 @@ from fednsl.methods.fednsl.scorer import (
     predict_logits,
 )
 from rules.measures import logic_accuracy
-
 
 
 @pytest.fixture(autouse=True)

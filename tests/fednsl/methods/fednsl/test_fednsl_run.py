@@ -14,8 +14,7 @@ from fednsl.config import RunConfig, load_config
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.client import FedNSLClient
-from fednsl.methods.fednsl.messages import rules_from_message
-from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA
+from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA, rules_from_message
 from fednsl.pipeline import build_federation, train
 from kg.documents import Document
 

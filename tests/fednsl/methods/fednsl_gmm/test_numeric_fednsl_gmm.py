@@ -11,10 +11,19 @@ from sklearn.mixture import GaussianMixture
 
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
-from fednsl.methods.fednsl_gmm import (GMM, FedNSLGMMConfig, FedNSLGMMStrategy, init_from_posteriors, kl_to_prior,
-                                       log_responsibilities, m_step, prior_log_probs, sufficient_stats)
-from fednsl.tasks.numeric.data import NumericDataConfig
+from fednsl.methods.fednsl_gmm import (
+    GMM,
+    FedNSLGMMConfig,
+    FedNSLGMMStrategy,
+    init_from_posteriors,
+    kl_to_prior,
+    log_responsibilities,
+    m_step,
+    prior_log_probs,
+    sufficient_stats,
+)
 from fednsl.pipeline import train
+from fednsl.tasks.numeric.data import NumericDataConfig
 from tests.fednsl.tasks.numeric.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
+from fednsl.common.torch_utils import get_weights
 from fednsl.config import load_config
 from fednsl.federation.records import Message, validate
 from fednsl.federation.runner import InProcessRunner
 from fednsl.methods.fedstl import FedSTLClient, FedSTLConfig, FedSTLStrategy, alignment_losses, assign, cluster_id
 from fednsl.methods.fedstl.client import shared_sample
 from fednsl.pipeline import build_federation, train
-from fednsl.common.torch_utils import get_weights
 from fednsl.tasks.timeseries.properties import PropertyConfig, make_template, mine_property
 from rules import stl
 from tests.fednsl.tasks.timeseries.helpers import LinearForecaster, linear_grads, series, tiny_config

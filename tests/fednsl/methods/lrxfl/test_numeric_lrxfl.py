@@ -7,8 +7,18 @@ import torch
 from sklearn.metrics import f1_score
 
 from fednsl.federation.records import Message
-from fednsl.methods.lrxfl import (ConceptSpace, LRXFLConfig, LRXFLStrategy, beam_search, explain_class,
-                                  f1_macro_from_counts, join, make_len, select_clients, term_table)
+from fednsl.methods.lrxfl import (
+    ConceptSpace,
+    LRXFLConfig,
+    LRXFLStrategy,
+    beam_search,
+    explain_class,
+    f1_macro_from_counts,
+    join,
+    make_len,
+    select_clients,
+    term_table,
+)
 from fednsl.methods.lrxfl.len import len_loss
 from fednsl.methods.lrxfl.logic import cell_bits, cell_index, to_dnf
 from fednsl.tasks.numeric.data import NumericDataConfig

@@ -6,8 +6,8 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from fednsl.federation.records import Message
-from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.methods.pfedbayes import PFedBayesClient, bnn, global_copy_loss, personal_loss
+from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from tests.fednsl.tasks.numeric.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 

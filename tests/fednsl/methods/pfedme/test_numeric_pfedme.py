@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from fednsl.federation.records import Message
+from fednsl.methods.pfedme import moreau_inner_step, moreau_outer_step, pfedme_local_update
 from fednsl.tasks.numeric.client import BatchStream
 from fednsl.tasks.numeric.data import NumericDataConfig
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
-from fednsl.methods.pfedme import moreau_inner_step, moreau_outer_step, pfedme_local_update
 from tests.fednsl.tasks.numeric.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 

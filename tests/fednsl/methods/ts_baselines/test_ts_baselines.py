@@ -2,16 +2,16 @@ import numpy as np
 import pytest
 import torch
 
+from fednsl.common.torch_utils import get_weights
 from fednsl.federation.records import Message, validate
+from fednsl.federation.runner import InProcessRunner
 from fednsl.methods.ts_baselines import TSAverageStrategy, TSDittoClient, TSFedAvgClient, TSIFCAClient, TSIFCAStrategy
+from fednsl.pipeline import build_federation
 from fednsl.tasks.timeseries.clients import TSFedRepClient, pack_models
 from fednsl.tasks.timeseries.configs import TSFedRepConfig, TSIFCAConfig, TSTrainConfig
-from fednsl.tasks.timeseries.updates import fedrep_update, ifca_select, proximal_term
-from fednsl.federation.runner import InProcessRunner
-from fednsl.pipeline import build_federation
-from fednsl.common.torch_utils import get_weights
 from fednsl.tasks.timeseries.properties import PropertyConfig, make_template
 from fednsl.tasks.timeseries.training import sgd_epochs
+from fednsl.tasks.timeseries.updates import fedrep_update, ifca_select, proximal_term
 from tests.fednsl.tasks.timeseries.helpers import LinearForecaster, linear_grads, series, tiny_config
 
 LR = 0.1

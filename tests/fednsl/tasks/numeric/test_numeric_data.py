@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from fednsl.tasks.numeric.data import (PAPER_COVARIANCES, PAPER_MEANS, NumericDataConfig, make_numeric_federation,
-                                         sample_class)
+from fednsl.tasks.numeric.data import (
+    PAPER_COVARIANCES,
+    PAPER_MEANS,
+    NumericDataConfig,
+    make_numeric_federation,
+    sample_class,
+)
 from tests.fednsl.tasks.numeric.helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 

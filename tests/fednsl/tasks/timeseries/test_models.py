@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from fednsl.tasks.timeseries.models import MODEL_NAMES, ModelConfig, RecurrentForecaster, build_forecaster
 from fednsl.common.torch_utils import get_weights, set_weights
+from fednsl.tasks.timeseries.models import MODEL_NAMES, ModelConfig, RecurrentForecaster, build_forecaster
 
 SMALL = {"hidden": 4, "d_model": 8, "ff": 8, "enc_layers": 1, "dec_layers": 1}
 
