@@ -34,7 +34,7 @@ __all__ = [
     "EVAL_SCHEMA",
     "LIMBS",
     "STATS_METRICS",
-    "STATS_SCHEMA",
+    "stats_schema",
     "TRAIN_METRICS",
     "TRAIN_SCHEMA",
     "RULES_REQUEST_SCHEMA",
@@ -46,15 +46,20 @@ __all__ = [
 COUNT_FIELDS = ("support", "body_size", "pca_body_size", "head_size")
 
 STATS_METRICS = ("num_examples", "mined_rules", "time_s")
-STATS_SCHEMA = Schema(
-    arrays=(
-        ArraySpec("heads", "ids", "int", ("K",)),
-        ArraySpec("bodies", "ids", "int", ("K", None)),
-        ArraySpec("support", "counts", "int", ("K",)),
-        ArraySpec("instances", "counts", "int", (None,)),
-    ),
-    metrics=STATS_METRICS,
-)
+
+
+def stats_schema(num_relations: int) -> Schema:
+    """``train.stats`` reply: K mined (forward head, body) rules with supports; heads < R, body tokens <= 2R (pad)."""
+    return Schema(
+        arrays=(
+            ArraySpec("heads", "ids", "int", ("K",), high=num_relations),
+            ArraySpec("bodies", "ids", "int", ("K", None), high=2 * num_relations + 1),
+            ArraySpec("support", "counts", "int", ("K",)),
+            ArraySpec("instances", "counts", "int", (num_relations,)),
+        ),
+        metrics=STATS_METRICS,
+    )
+
 
 TRAIN_METRICS = ("num_examples", "heads_fitted", "rules", "valid_mrr", "time_fit_s", "time_counts_s")
 TRAIN_SCHEMA = Schema(
@@ -82,12 +87,16 @@ RULES_REQUEST_SCHEMA = Schema(
 LIMB_BITS = 62
 LIMBS = 4
 EVAL_METRICS = ("num_examples", "queries", "time_eval_s")
-EVAL_SCHEMA = Schema(arrays=(ArraySpec("rank_sums", "counts", "int", ("S", LIMBS)),), metrics=EVAL_METRICS)
 
 
 def rank_sum_names() -> list[str]:
     """The fixed order of :class:`kg.linkpred.RankingMetrics` sums in ``rank_sums``."""
     return sorted(RankingMetrics().state_dict()["sums"])
+
+
+EVAL_SCHEMA = Schema(
+    arrays=(ArraySpec("rank_sums", "counts", "int", (len(rank_sum_names()), LIMBS)),), metrics=EVAL_METRICS
+)
 
 
 def encode_rank_sums(metrics: RankingMetrics) -> np.ndarray:

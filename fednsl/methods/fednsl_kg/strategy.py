@@ -39,9 +39,9 @@ from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVAL_SCHEMA,
     RULES_REQUEST_SCHEMA,
-    STATS_SCHEMA,
     TRAIN_SCHEMA,
     decode_rank_sums,
+    stats_schema,
 )
 from kg.linkpred import RankingMetrics
 from kg.seeding import derive_seed
@@ -161,7 +161,7 @@ class FedNSLKGStrategy(Strategy):
                 "train.stats",
                 self.configure_train_stats,
                 self.aggregate_train_stats,
-                reply=STATS_SCHEMA,
+                reply=lambda: stats_schema(self.R),
                 request=Schema(config=("max_body_len",)),
                 essential=True,
             ),
