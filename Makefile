@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= test,bench,flower,text,timeseries
+EXTRAS ?= test,bench,flower,text,timeseries,kg
 
 .PHONY: venv demo test bench clean
 
