@@ -25,8 +25,6 @@ PACKAGES = ("fednsl", "kg", "rules")
 KNOWN_LAZY_CYCLES = {
     # Formula.robustness/violation/holds are sugar over the evaluator, which dispatches on the syntax classes.
     frozenset({"rules.stl.robustness", "rules.stl.syntax"}),
-    # Being split by the Flower-deployment work (issue 16); remove once that lands.
-    frozenset({"fednsl.engines.flower", "fednsl.engines.flower_deploy"}),
 }
 
 
