@@ -38,11 +38,17 @@ def _bad_input(message: str) -> None:
     default=None,
     help="rnnlogic only: the relations.dict its ids refer to (default: the KG's own ids).",
 )
-@click.option("--split", type=click.Choice(["test", "valid"]), default="test", show_default=True)
-@click.option("--aggregator", type=click.Choice(["sum", "max", "noisy-or"]), default="sum", show_default=True)
+@click.option("--split", type=click.Choice(["test", "valid"]), default="test", show_default=True, help="Split to rank.")
+@click.option(
+    "--aggregator",
+    type=click.Choice(["sum", "max", "noisy-or"]),
+    default="sum",
+    show_default=True,
+    help="How the predictor combines the rules that reach a candidate.",
+)
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Use each head's first K rules (file order).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Predictor epochs per head.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the predictor's training.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def score(
     rule_file: Path,
