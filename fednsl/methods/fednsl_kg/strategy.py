@@ -61,10 +61,6 @@ GLOBAL = "global"
 TEST_KEYS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
 
 
-def _seed(seed: int, rnd: int, purpose: str) -> int:
-    return derive_seed(int(seed), int(rnd), purpose)
-
-
 def planted_recall(
     pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
     rules: Sequence[tuple[int, Sequence[int]]],
@@ -99,7 +95,7 @@ class _Group:
     def __init__(self, name: str, members: Sequence[str], strategy: FedNSLKGStrategy):
         s = strategy
         self.name, self.members = name, tuple(members)
-        self.model = RuleGenerator(s.gen_config, torch.Generator().manual_seed(_seed(s.seed, 0, f"init:{name}")))
+        self.model = RuleGenerator(s.gen_config, torch.Generator().manual_seed(derive_seed(s.seed, 0, f"init:{name}")))
         self.pool = RulePool(s.R, s.cfg.max_body_len)
         self.store = RuleStore(
             s.relations,
@@ -229,7 +225,7 @@ class FedNSLKGStrategy(Strategy):
                 batch_size=g.batch_size,
                 lr=g.lr,
                 samples_per_epoch=g.samples_per_epoch,
-                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"{purpose}:{group.name}")),
+                generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, f"{purpose}:{group.name}")),
                 uniform_mix=g.uniform_mix,
                 lr_gamma=g.lr_gamma,
             )
@@ -247,7 +243,7 @@ class FedNSLKGStrategy(Strategy):
                 group.model,
                 triples,
                 c.num_samples,
-                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"sample:{group.name}")),
+                generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, f"sample:{group.name}")),
             )
         per_head: list[list[tuple[int, ...]]] = []
         per_counts: list[list[int]] = []
@@ -341,7 +337,7 @@ class FedNSLKGStrategy(Strategy):
                 self.cfg.pool_mode,  # type: ignore[arg-type]
                 self.cfg.pool_ratio,
                 num_samples=self.cfg.num_samples,
-                generator=torch.Generator().manual_seed(_seed(self.seed, rnd, f"pool:{name}")),
+                generator=torch.Generator().manual_seed(derive_seed(self.seed, rnd, f"pool:{name}")),
             )
             losses += self._train_generator(group, rnd, self.cfg.gen.epochs, "generator")
             self._record(group, rnd, p, agg, has, group_replies, counts if self._counts_round(rnd) else None)
