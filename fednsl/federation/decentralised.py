@@ -6,7 +6,9 @@ every stage of a round, node i sends its configured message to each peer; a peer
 reply; node i aggregates its own client's reply and all peers' replies with its strategy copy. Messages are
 delivered in a seeded random order (asynchrony) and driven through the pure step functions of
 :mod:`fednsl.federation.peer`, the same ones ``fednsl verify --mode decentralised`` explores. Rounds are
-barriers for checkpoints, so ``--resume`` works as in the centralised engine.
+barriers for checkpoints, so ``--resume`` works as in the centralised engine. A node whose aggregation of an
+``essential`` stage loses its quorum skips its own later stages of that round (as the central topology does);
+it still answers its peers' requests, so the barrier protocol completes.
 
 With clients whose reply depends only on the message and their data (FedAvg and the weight-sharing
 baselines), every node ends each round with the centralised engine's result: replies are seeded per
@@ -40,6 +42,8 @@ class Peer(Topology):
     def __init__(self, strategy: Strategy, ids: Sequence[str]):
         self.ids = sorted(ids)
         self.nodes: dict[str, Strategy] = {n: copy.deepcopy(strategy) for n in self.ids}
+        self.stages: list[str] = []  # this round's stages
+        self.skipping: set[str] = set()  # nodes that lost an essential stage this round
 
     def server(self) -> Strategy:
         return self.nodes[self.ids[0]]  # node 0 speaks for the run (evaluate, finalize, outputs)
@@ -54,20 +58,24 @@ class Peer(Topology):
     # -- one round: the peer protocol over len(stages) steps --------------------------------------------------
     def run_round(self, rnd: int, stages: Sequence[str]) -> None:
         stages = list(stages)
+        self.stages = stages
         rng = derive_rng(self.loop.cfg.seed, rnd, 0x9E37)
         states: dict[str, PP.PeerState] = {}
         bag: list[tuple[str, PP.PeerMsg]] = []
         payload: dict[tuple[int, str, str], Message] = {}  # (step, requester, dst) -> request
         replies: dict[tuple[str, int], dict[str, Message]] = {}  # (node, step) -> {client: reply}
         failures: dict[tuple[str, int], dict[str, str]] = {}
+        self.skipping = set()
 
         def run_actions(node: str, actions) -> None:
             for act in actions:
                 if isinstance(act, PP.Send):
                     bag.append((act.dst, act.msg))
                 elif isinstance(act, PP.Serve):
-                    request = payload[(act.step, act.requester, node)]
-                    reply = self._serve(request, node, act.requester, act.step, stages, failures)
+                    request = payload.get((act.step, act.requester, node))
+                    reply = None
+                    if request is not None:  # None: the requester skips this stage
+                        reply = self._serve(request, node, act.requester, act.step, stages, failures)
                     if reply is not None:
                         replies.setdefault((act.requester, act.step), {})[node] = reply
                     bag.append((act.requester, PP.Rep(act.step, node)))
@@ -100,6 +108,8 @@ class Peer(Topology):
 
     def _configure(self, node: str, rnd: int, step: int, stages: list[str], payload, replies, failures) -> None:
         """Node enters ``step``: configure one request per client (itself included) and serve itself."""
+        if node in self.skipping:
+            return
         msgs = self.nodes[node].configure(stages[step - 1], rnd, self.ids)
         for dst in self.ids:
             payload[(step, node, dst)] = msgs[dst]
@@ -124,10 +134,17 @@ class Peer(Topology):
     def _aggregate(
         self, node: str, rnd: int, stage: str, got: Mapping[str, Message], failed: Mapping[str, str]
     ) -> None:
+        if node in self.skipping:
+            return
         ordered = {c: got[c] for c in sorted(got)}
         if len(ordered) < self.loop.cfg.federation.min_clients:
             self.nodes[node].on_abort(stage, rnd, f"{len(ordered)} replies < quorum")
             metrics: dict[str, Any] = {f"{stage}.aborted": 1}
+            if self.nodes[node].stage(stage).essential and stage != self.stages[-1]:
+                self.skipping.add(node)
+                log.warning(
+                    "round %d: node %s: %s lost its quorum; skipping its later stages this round", rnd, node, stage
+                )
         else:
             metrics = self.nodes[node].aggregate(stage, rnd, ordered, dict(failed))
             metrics.update({f"{stage}.replies": len(ordered), f"{stage}.dropped": len(failed)})

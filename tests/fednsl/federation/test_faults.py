@@ -198,3 +198,15 @@ def test_decentralised_engine_survives_a_crashing_peer(kind: str, tmp_path: Path
     res = train(cfg, tmp_path / "run", progress=False)
     assert {r["round"] for r in res.rows} == {1, 2} and len(Checkpoints(tmp_path / "run").list()) == 2
     assert "c2" in (tmp_path / "run" / "run.log").read_text()
+
+
+def test_decentralised_engine_skips_the_round_after_an_essential_stage_loses_quorum(tmp_path: Path, caplog) -> None:
+    """The peer topology honours ``Stage.essential`` as the central one does: the rest of round 1 is skipped."""
+    cfg = tiny("fednsl", 2, ["engine=decentralised", "federation.faults.kind=raise", "federation.faults.clients=all",
+                             "federation.faults.rounds=[1]", "federation.faults.stages=[train.stats]"])
+    res = train(cfg, tmp_path / "run", progress=False)
+    server = {(r["round"], r["stage"]): r for r in res.rows if r["scope"] == "server"}
+    assert server[(1, "train.stats")]["train.stats.aborted"] == 1
+    assert (1, "train") not in server and (1, "evaluate") not in server
+    assert server[(2, "train")]["train.replies"] == 3
+    assert any("train.stats lost its quorum" in r.getMessage() for r in caplog.records)
