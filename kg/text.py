@@ -78,6 +78,7 @@ def build_pipeline(
         nlp.add_pipe("sentencizer")
     if entities:
         config = {"phrase_matcher_attr": "LOWER"} if ignore_case else {}
+        ruler: Any  # spacy's EntityRuler (add_pipe is typed as returning a plain callable)
         if nlp.has_pipe("ner"):
             ruler = nlp.add_pipe("entity_ruler", before="ner", config=config)
         else:

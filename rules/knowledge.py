@@ -185,20 +185,21 @@ class KnowledgeRules:
             raise ValueError(f"{self.source}: num_classes must be >= 1, got {self.num_classes}")
         for r in self.score_rules:
             self._check_class(r.cls, r.line)
-        for r in self.range_rules:
-            if not r.allowed:
-                raise RuleSyntaxError("a range rule must allow at least one class", line=r.line, source=self.source)
-            for c in r.allowed:
-                self._check_class(c, r.line)
+        for rr in self.range_rules:
+            if not rr.allowed:
+                raise RuleSyntaxError("a range rule must allow at least one class", line=rr.line, source=self.source)
+            for c in rr.allowed:
+                self._check_class(c, rr.line)
         if self.default is not None:
             self._check_class(self.default, None)
         if self.feature_names is not None:
-            for r in [*self.score_rules, *self.range_rules]:
-                used = {j for c in r.body for j in c.features()}
+            every: list[ScoreRule | RangeRule] = [*self.score_rules, *self.range_rules]
+            for rule in every:
+                used = {j for c in rule.body for j in c.features()}
                 if used and max(used) >= len(self.feature_names):
                     raise RuleSyntaxError(
                         f"feature x{max(used)} outside the {len(self.feature_names)} declared feature names",
-                        line=r.line,
+                        line=rule.line,
                         source=self.source,
                     )
 
@@ -209,7 +210,8 @@ class KnowledgeRules:
     # -- sizes ---------------------------------------------------------------------------------------
     def features_used(self) -> set[int]:
         out: set[int] = set()
-        for r in [*self.score_rules, *self.range_rules]:
+        every: list[ScoreRule | RangeRule] = [*self.score_rules, *self.range_rules]
+        for r in every:
             for c in r.body:
                 out |= c.features()
         return out
@@ -552,8 +554,8 @@ def format_knowledge(rules: KnowledgeRules, header: str | None = None) -> str:
     for r in rules.score_rules:
         w = "" if r.weight == 1.0 else f" : {_num(r.weight)}"
         lines.append(f"class {cls(r.cls)}{w} <- {_format_body(r.body, fn)}")
-    for r in rules.range_rules:
-        lines.append(f"range {{{', '.join(cls(c) for c in sorted(r.allowed))}}} <- {_format_body(r.body, fn)}")
+    for rr in rules.range_rules:
+        lines.append(f"range {{{', '.join(cls(c) for c in sorted(rr.allowed))}}} <- {_format_body(rr.body, fn)}")
     return "\n".join(lines) + "\n"
 
 

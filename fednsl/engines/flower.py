@@ -129,7 +129,7 @@ class FlowerSimulationEngine:
                     options=self.opts,
                 ).run()
 
-            backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+            backend: dict[str, Any] = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
             run_simulation(app, FednslClientApp(source), num_supernodes=len(self.fed.clients), backend_config=backend)
         if "result" not in holder:
             raise RuntimeError("the Flower simulation ended without a result (see the log above)")

@@ -37,7 +37,7 @@ from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.app.metadata import validate_message_type  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from fednsl.engines.flower_records import from_recorddict, to_recorddict  # noqa: E402
+from fednsl.engines.flower_records import from_recorddict, record_bytes, record_int, to_recorddict  # noqa: E402
 from fednsl.engines.flower_source import (  # noqa: E402
     ClientSource,
     ConfigSource,
@@ -141,13 +141,19 @@ class FednslClientApp(ClientApp):
         pid, num = _partition(context)
         rec = context.state.config_records.get(NODE_RECORD)
         version, state = 0, None
-        if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
+        if rec is not None and (
+            str(rec["run-id"]),
+            record_int(rec, "partition-id"),
+            record_int(rec, "num-partitions"),
+        ) == (
             str(context.run_id),
             pid,
             num,
         ):
-            version = int(rec["version"])
-            state = ("client", bytes(rec["client"])) if "client" in rec else ("state", bytes(rec["state"]))
+            version = record_int(rec, "version")
+            state = (
+                ("client", record_bytes(rec, "client")) if "client" in rec else ("state", record_bytes(rec, "state"))
+            )
         header = {
             "run": str(context.run_id),
             "pid": pid,
@@ -182,19 +188,23 @@ class FednslClientApp(ClientApp):
         """
         pid, num = _partition(context)
         rec = context.state.config_records.get(NODE_RECORD)
-        if rec is not None and (str(rec["run-id"]), int(rec["partition-id"]), int(rec["num-partitions"])) == (
+        if rec is not None and (
+            str(rec["run-id"]),
+            record_int(rec, "partition-id"),
+            record_int(rec, "num-partitions"),
+        ) == (
             str(context.run_id),
             pid,
             num,
         ):  # (Flower may carry Context.state over to a later run of a series)
-            cid, version = str(rec["cid"]), int(rec["version"])
+            cid, version = str(rec["cid"]), record_int(rec, "version")
             cached = _LIVE.get((context.run_id, context.node_id))
             if cached is not None and cached[0] == version:
                 return cached[1], version, cid
             if "client" in rec:
-                return pickle.loads(rec["client"]), version, cid
+                return pickle.loads(record_bytes(rec, "client")), version, cid
             client = source.fresh_client(cid)
-            load_state(client, rec["state"])
+            load_state(client, record_bytes(rec, "state"))
             return client, version, cid
         ids = source.client_ids()
         if num != len(ids) or not 0 <= pid < num:

@@ -32,6 +32,7 @@ from fednsl.engines.flower_records import (
     RecordTranslationError,
     from_recorddict,
     message_type,
+    record_int,
     to_recorddict,
 )
 from fednsl.federation.loop import Federation, MessageHook, RoundLoop
@@ -100,9 +101,9 @@ class GridTransport(Transport):
                 self._asked.update(new)
             if self._hello:
                 for reply in self.grid.pull_messages(list(self._hello)):
-                    node = self._hello.pop(reply.metadata.reply_to_message_id, None)
-                    if node is not None:
-                        self._register(node, reply, live)
+                    mid = reply.metadata.reply_to_message_id
+                    if mid in self._hello:
+                        self._register(self._hello.pop(mid), reply, live)
             if len(self.node_of) == len(self.ids) or time.monotonic() >= deadline:
                 return
             time.sleep(self.opts.poll_s)
@@ -112,7 +113,7 @@ class GridTransport(Transport):
             self.rejected[node] = f"hello failed: {reply.error.reason}"
         else:
             rec = reply.content.config_records["node"]
-            pid, num = int(rec["partition-id"]), int(rec["num-partitions"])
+            pid, num = record_int(rec, "partition-id"), record_int(rec, "num-partitions")
             if num != len(self.ids) or not 0 <= pid < num:
                 self.rejected[node] = (
                     f"partition-id={pid} num-partitions={num}, but the method has {len(self.ids)} clients"
@@ -166,9 +167,10 @@ class GridTransport(Transport):
         next_check = time.monotonic() + self.opts.liveness_s
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
-                cid = pending.pop(reply.metadata.reply_to_message_id, None)
-                if cid is None:
+                mid = reply.metadata.reply_to_message_id
+                if mid not in pending:
                     continue
+                cid = pending.pop(mid)
                 if reply.has_error():
                     err = reply.error
                     yield Delivery(cid, error=f"Flower error {err.code}: {err.reason}")

@@ -73,6 +73,22 @@ def _fits_config_record(value: Any) -> bool:
     return False
 
 
+def record_int(record: ConfigRecord, key: str) -> int:
+    """``record[key]`` as an ``int`` (Flower types record values as a wide union); else a translation error."""
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordTranslationError(f"config record entry {key!r} must be an int, got {type(value).__name__}")
+    return value
+
+
+def record_bytes(record: ConfigRecord, key: str) -> bytes:
+    """``record[key]`` as ``bytes``; anything else is a :class:`RecordTranslationError`."""
+    value = record[key]
+    if not isinstance(value, bytes):
+        raise RecordTranslationError(f"config record entry {key!r} must be bytes, got {type(value).__name__}")
+    return value
+
+
 def to_recorddict(msg: Message) -> RecordDict:
     """Encode a fednsl message as a Flower ``RecordDict`` (see the module docstring for the layout)."""
     arrays = ArrayRecord()
@@ -85,17 +101,17 @@ def to_recorddict(msg: Message) -> RecordDict:
             )
         arrays[name] = Array(arr)  # np.save bytes: dtype, shape (0-d included) and values exact
     config, as_json = ConfigRecord(), []
-    for key, value in msg.config.items():
-        value = _plain(value)
-        if _fits_config_record(value):
-            config[key] = value
+    for key, raw in msg.config.items():
+        plain = _plain(raw)
+        if _fits_config_record(plain):
+            config[key] = plain
             continue
         try:
-            config[key] = json.dumps(value, allow_nan=True)
+            config[key] = json.dumps(plain, allow_nan=True)
         except TypeError as exc:
             raise RecordTranslationError(
                 f"{msg.kind} message from {msg.sender}: config entry {key!r} "
-                f"({type(value).__name__}) is neither a Flower config value nor JSON"
+                f"({type(plain).__name__}) is neither a Flower config value nor JSON"
             ) from exc
         as_json.append(key)
     metrics = MetricRecord({k: _plain(v) for k, v in msg.metrics.items()})
@@ -118,7 +134,7 @@ def from_recorddict(content: RecordDict) -> Message:
     meta = content.config_records[META]
     try:
         layout = json.loads(str(meta["layout"]))
-        kind, rnd, sender = str(meta["kind"]), int(meta["round"]), str(meta["sender"])
+        kind, rnd, sender = str(meta["kind"]), record_int(meta, "round"), str(meta["sender"])
     except (KeyError, ValueError) as exc:
         raise RecordTranslationError(f"fednsl record is malformed: {exc}") from exc
     where = f"{kind} message (round {rnd}) from {sender}"

@@ -81,7 +81,8 @@ def message_to_bytes(msg: Message) -> bytes:
         {"kind": msg.kind, "round": msg.round, "sender": msg.sender, "config": msg.config, "metrics": msg.metrics}
     ).encode()
     buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v) for k, v in msg.arrays.items()})
+    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in msg.arrays.items()}
+    np.savez(buf, **arrays)
     return _LEN.pack(len(head)) + head + buf.getvalue()
 
 

@@ -9,7 +9,7 @@ The three record kinds mirror Flower's ``RecordDict`` (``ArrayRecord``, ``Config
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence, Union
+from typing import Callable, Literal, Mapping, NoReturn, Sequence, Union
 
 import numpy as np
 
@@ -60,6 +60,20 @@ class Message:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{self.kind} message config {key!r} must be an int, got {value!r}")
         return int(value)
+
+    def config_float(self, key: str, default: float | None = None) -> float:
+        """``config[key]`` (or ``default`` when absent) as a ``float``; a non-number is a ``TypeError`` naming it."""
+        value = self.config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{self.kind} message config {key!r} must be a number, got {value!r}")
+        return float(value)
+
+    def config_str(self, key: str) -> str | None:
+        """``config[key]`` as a ``str``, ``None`` when absent; anything else is a ``TypeError`` naming it."""
+        value = self.config.get(key)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{self.kind} message config {key!r} must be a string, got {value!r}")
+        return value
 
     def nbytes(self) -> int:
         """Payload size in bytes (arrays only), for communication accounting."""
@@ -175,7 +189,7 @@ def validate(
         raise InvalidMessageError("?", "message", f"expected a Message, got {type(message).__name__}")
     s, k, r = message.sender, message.kind, message.round
 
-    def fail(name: str, reason: str) -> None:
+    def fail(name: str, reason: str) -> NoReturn:
         raise InvalidMessageError(s, name, reason, kind=k, rnd=r)
 
     if expected_kind is not None and message.kind != expected_kind:
@@ -252,7 +266,9 @@ def validate(
             _check_distribution(spec, arr, message, fail)
 
 
-def _check_distribution(spec: ArraySpec, arr: np.ndarray, message: Message, fail) -> None:
+def _check_distribution(
+    spec: ArraySpec, arr: np.ndarray, message: Message, fail: Callable[[str, str], NoReturn]
+) -> None:
     if arr.ndim == 0:
         fail(spec.name, "a distribution needs at least one axis, got a 0-d array")
     if spec.mask is not None:

@@ -21,13 +21,13 @@ class TorchClassifierClient(Client):
     @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
-        gen = torch.Generator().manual_seed(int(msg.config["seed"]))
-        opt = torch.optim.SGD(self.model.parameters(), lr=float(msg.config["lr"]))
+        gen = torch.Generator().manual_seed(msg.config_int("seed"))
+        opt = torch.optim.SGD(self.model.parameters(), lr=msg.config_float("lr"))
         x, y = torch.from_numpy(self.data.x_train), torch.from_numpy(self.data.y_train)
-        bs = int(msg.config["batch_size"])
+        bs = msg.config_int("batch_size")
         total, seen = 0.0, 0
         self.model.train()
-        for _ in range(int(msg.config["local_epochs"])):
+        for _ in range(msg.config_int("local_epochs")):
             order = torch.randperm(len(y), generator=gen)
             for start in range(0, len(y), bs):
                 idx = order[start : start + bs]

@@ -70,7 +70,7 @@ def explore(model: Model, max_states: int = 2_000_000, stop_at_first: bool = Tru
     if not check(init, []):
         rep.seconds = time.perf_counter() - t0
         return rep
-    first_visit_has_succ = {key0: None}
+    first_visit_has_succ: dict[Any, str | None] = {key0: None}
     while stack:
         key, state, label, it = stack[-1]
         nxt = next(it, None)

@@ -105,8 +105,7 @@ def apply_pairs(
     """
     if len(parents) == 0:
         return
-    if arg is not None and arg_index is None:
-        arg_index = dest_index
+    arg_at = dest_index if arg_index is None else arg_index
     is_stay = tokens == stay_id
     gen = np.nonzero(~is_stay)[0]
     if len(gen):
@@ -120,7 +119,7 @@ def apply_pairs(
                 order = np.arange(len(gen))
                 maxprod_pairs(prev, V, parents[gen], tokens[gen], tmp, order, eps=eps, arg=tmp_arg, backend=backend)
                 dest.index_copy_(1, torch.as_tensor(dest_index[gen], device=dest.device), tmp)
-                arg.index_copy_(1, torch.as_tensor(arg_index[gen], device=dest.device), tmp_arg)
+                arg.index_copy_(1, torch.as_tensor(arg_at[gen], device=dest.device), tmp_arg)
         else:
             sumprod_pairs(prev, V, parents[gen], tokens[gen], dest, dest_index[gen])
     st = np.nonzero(is_stay)[0]
@@ -131,7 +130,7 @@ def apply_pairs(
         dest.index_copy_(1, torch.as_tensor(dest_index[st], device=V.device), scaled)
         if arg is not None:
             eye_arg = torch.arange(n, dtype=torch.int32, device=V.device).expand(arg.shape[0], len(st), n, n)
-            arg.index_copy_(1, torch.as_tensor(arg_index[st], device=V.device), eye_arg.contiguous())
+            arg.index_copy_(1, torch.as_tensor(arg_at[st], device=V.device), eye_arg.contiguous())
 
 
 def node_table(

@@ -120,6 +120,8 @@ def best_paths(
     sub = values.detach()[used.to(values.device)]
     plan = prepare(sub, bodies, stay_id, validate=False)
     _, offsets, arg = node_table(sub, plan, "max-product", eps=0.0, backend=backend, want_arg=True)
+    if arg is None:  # node_table always returns it with want_arg=True
+        raise RuntimeError("node_table returned no argmax table")
     arg = arg.cpu()
     n_channels = values.shape[-1]
     n_q, (n_bodies, length) = len(doc), bodies.shape

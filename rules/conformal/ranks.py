@@ -119,15 +119,14 @@ def _choose(n: int, m: int, a: Fraction) -> RankChoice:
     min_n = _min_n_cal(m, a)
     quad = "quadrature" if quadrature_is_exact(n, m) else "composite-quadrature"
     if n < min_n:  # even (ell, kappa) = (n, m) under-covers
-        cov = n * m / (n * m + 1)
-        return RankChoice(n, m, float(a), None, None, cov, 0.0, False, "infeasible", "rational", min_n)
+        return RankChoice(n, m, float(a), None, None, n * m / (n * m + 1), 0.0, False, "infeasible", "rational", min_n)
     if m == 1:
         ell = split_conformal_rank(n, a)
-        cov = Fraction(ell, n + 1)
+        split_cov = Fraction(ell, n + 1)
         _, sd = qq_level_moments(n, 1, ell, 1)
-        if cov < target:
-            raise RuntimeError(f"internal error: split rank {ell} covers {cov} < {target}")
-        return RankChoice(n, 1, float(a), ell, 1, float(cov), sd, True, "split", "rational", min_n)
+        if split_cov < target:
+            raise RuntimeError(f"internal error: split rank {ell} covers {split_cov} < {target}")
+        return RankChoice(n, 1, float(a), ell, 1, float(split_cov), sd, True, "split", "rational", min_n)
     # Frontier walk: ell*(kappa) = smallest feasible ell for each kappa; it is non-increasing
     # in kappa because coverage increases in both ranks. O(n + m) coverage evaluations.
     frontier: list[tuple[int, int]] = []
@@ -148,7 +147,7 @@ def _choose(n: int, m: int, a: Fraction) -> RankChoice:
     ell_best, kappa_best = ties[0]
     _, sd = qq_level_moments(n, m, ell_best, kappa_best)
     certified = quad
-    cov: float = qq_coverage(n, m, ell_best, kappa_best)
+    cov = qq_coverage(n, m, ell_best, kappa_best)
     if n * m <= _CERTIFY_MAX_DEGREE or abs(cov - float(target)) <= _TIE_MARGIN:
         exact = qq_coverage_fraction(n, m, ell_best, kappa_best)
         if exact < target:

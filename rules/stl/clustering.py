@@ -74,7 +74,7 @@ def alignment_matrix(
             raise ValueError(f"predictions have {t.shape[-1]} steps, template needs {template.length}")
         sig[n] = t[..., : template.length]
     n_clients = next(iter(sig.values())).shape[1]
-    par = {}
+    par: dict[str, float | torch.Tensor] = {}
     for p in template.params:
         v = torch.as_tensor(params[p])
         if v.dim() == 0:
@@ -106,6 +106,7 @@ def alignment_matrix_from_formulas(
     the valid start times (Eq. 10; one start time when ``T = horizon + 1``).  Returns ``(K, N)``."""
     cols = []
     for i, f in enumerate(formulas):
+        sig: dict[str, torch.Tensor] | torch.Tensor
         if isinstance(predictions, Mapping):
             sig = {n: torch.as_tensor(predictions[n])[:, i] for n in f.signals()}
         else:

@@ -35,7 +35,7 @@ class TSFedAvgClient(ForecastClient):
     @handles("train")
     def train(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
-        mu = float(msg.config.get("mu", 0.0))
+        mu = msg.config_float("mu", 0.0)
         params = list(self.model.parameters())
         reg = proximal_term(params, [p.detach() for p in params], mu) if mu > 0 else None
         loss = sgd_epochs(
@@ -50,7 +50,7 @@ class TSFedAvgClient(ForecastClient):
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
-        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
+        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config_str("split")))
 
 
 class TSFedRepClient(ForecastClient):
@@ -67,7 +67,7 @@ class TSFedRepClient(ForecastClient):
         c = msg.config
         sgd = sgd_kwargs(c)
         epochs = sgd.pop("epochs")
-        head_epochs = int(c["head_epochs"])
+        head_epochs = msg.config_int("head_epochs")
         h_loss, b_loss = fedrep_update(
             self.model,
             self.x,
@@ -89,7 +89,7 @@ class TSFedRepClient(ForecastClient):
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, msg.arrays)
         set_weights(self.model, self.head)
-        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
+        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config_str("split")))
 
     def state_dict(self) -> dict[str, Any]:
         return {"head": self.head}
@@ -117,9 +117,14 @@ class TSDittoClient(ForecastClient):
         anchor = [p.detach().clone() for p in params]
         if self.personal is not None:
             set_weights(self.model, self.personal)
-        p_sgd = {**sgd, "epochs": int(c["personal_epochs"])}
+        p_sgd = {**sgd, "epochs": msg.config_int("personal_epochs")}
         sgd_epochs(
-            self.model, self.x, self.y, gen=gen, regulariser=proximal_term(params, anchor, float(c["lam"])), **p_sgd
+            self.model,
+            self.x,
+            self.y,
+            gen=gen,
+            regulariser=proximal_term(params, anchor, msg.config_float("lam")),
+            **p_sgd,
         )
         self.personal = get_weights(self.model)
         # global model: E epochs of plain local training from w^t
@@ -134,7 +139,7 @@ class TSDittoClient(ForecastClient):
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         set_weights(self.model, self.personal if self.personal is not None else msg.arrays)
-        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config.get("split")))
+        return msg.reply(self.cid, metrics=self.evaluation(self.model, msg.config_str("split")))
 
     def state_dict(self) -> dict[str, Any]:
         return {"personal": self.personal}
@@ -153,7 +158,7 @@ class TSIFCAClient(ForecastClient):
         self.local: dict[str, np.ndarray] | None = None
 
     def _select(self, msg: Message) -> tuple[int, list[dict[str, np.ndarray]]]:
-        models = unpack_models(msg.arrays, int(msg.config["num_clusters"]))
+        models = unpack_models(msg.arrays, msg.config_int("num_clusters"))
         x, y = self.split(str(msg.config.get("selection_split", "train")))
         nets = []
         for w in models:
@@ -180,7 +185,7 @@ class TSIFCAClient(ForecastClient):
         cluster = _clone_arch(self.model)
         set_weights(cluster, models[j])
         set_weights(self.model, self.local if self.local is not None else models[j])
-        out = self.evaluation(self.model, msg.config.get("split"), cluster_model=cluster)
+        out = self.evaluation(self.model, msg.config_str("split"), cluster_model=cluster)
         return msg.reply(self.cid, metrics={**out, "cluster": j})
 
     def state_dict(self) -> dict[str, Any]:

@@ -230,8 +230,8 @@ def make_client(
         idx = _subsample(len(y), keep)
         parts.append((np.asarray(x)[idx].astype(np.float64), np.asarray(y)[idx].astype(np.float64)))
     offset, scale = fit_minmax(*parts[0]) if cfg.normalise == "minmax" else (0.0, 1.0)
-    arrs = [((x - offset) / scale).astype(np.float32) for pair in parts for x in pair]
-    return ClientSeries(*arrs, offset=offset, scale=scale, meta=dict(meta or {}))
+    (xtr, ytr), (xva, yva), (xte, yte) = (tuple(((a - offset) / scale).astype(np.float32) for a in p) for p in parts)
+    return ClientSeries(xtr, ytr, xva, yva, xte, yte, offset=offset, scale=scale, meta=dict(meta or {}))
 
 
 def split_series_into_clients(

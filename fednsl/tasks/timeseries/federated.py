@@ -225,7 +225,7 @@ class ForecastClient(Client):
         return out
 
     def seed_generator(self, msg: Message) -> torch.Generator:
-        return torch.Generator().manual_seed(int(msg.config["seed"]))
+        return torch.Generator().manual_seed(msg.config_int("seed"))
 
 
 class TSStrategy(Strategy):

@@ -154,6 +154,9 @@ def sinusoid_positions(length: int, d_model: int) -> torch.Tensor:
 class TransformerForecaster(Forecaster):
     """Encoder–decoder transformer; decoder input = the last ``H`` inputs (causal mask)."""
 
+    positions: torch.Tensor  # registered buffers
+    tgt_mask: torch.Tensor
+
     default_shared = ("encoder_input_layer", "decoder_input_layer", "linear_mapping")
 
     def __init__(

@@ -116,17 +116,19 @@ class ClientProperty:
 
     def step_satisfied(self, pred: torch.Tensor) -> torch.Tensor:
         """Per-step ``lower_t ≤ ŷ_t ≤ upper_t`` (band templates), bool ``(B, H)`` — the FedSTL code's ρ%."""
-        self._need_band("step satisfaction")
-        return (pred >= self.lower) & (pred <= self.upper)
+        lower, upper = self._need_band("step satisfaction")
+        return (pred >= lower) & (pred <= upper)
 
     def project(self, pred: torch.Tensor) -> torch.Tensor:
         """Closest satisfying trace: ``clamp(ŷ, lower, upper)`` — FedSTL's teacher ("-T")."""
-        self._need_band("the teacher projection")
-        return torch.maximum(torch.minimum(pred, self.upper), self.lower)
+        lower, upper = self._need_band("the teacher projection")
+        return torch.maximum(torch.minimum(pred, upper), lower)
 
-    def _need_band(self, what: str) -> None:
+    def _need_band(self, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(lower, upper)`` of a band template; any other template is a ``ValueError`` naming ``what``."""
         if self.lower is None or self.upper is None:
             raise ValueError(f"{what} needs a band template (operational_range), not {self.template.name!r}")
+        return self.lower, self.upper
 
 
 def mine_property(template: stl.Template, y: np.ndarray | torch.Tensor, margin: float = 0.0) -> ClientProperty:

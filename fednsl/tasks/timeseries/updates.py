@@ -29,7 +29,7 @@ def proximal_term(
         raise ValueError(f"{len(params)} parameters but {len(refs)} reference tensors")
 
     def reg() -> torch.Tensor:
-        return 0.5 * mu * sum((p - r).pow(2).sum() for p, r in zip(params, refs))
+        return 0.5 * mu * sum(((p - r).pow(2).sum() for p, r in zip(params, refs)), torch.zeros(()))
 
     return reg
 
