@@ -23,7 +23,6 @@ Conventions (documented for writers in docs/contributing.md):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import inspect
 import os
@@ -57,7 +56,8 @@ class Command:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(REPO)}:{self.line}"
+        page = self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page
+        return f"{page}:{self.line}"
 
 
 def pages() -> list[Path]:
@@ -109,8 +109,8 @@ def _split(cmd: str) -> tuple[list[str], list[list[str]]] | None:
 
 
 def _is_synopsis(words: list[str]) -> bool:
-    return any(w.startswith("[") and w.lstrip("[").startswith("-") for w in words) or any(
-        w in ("...", ELLIPSIS) or re.fullmatch(r"<[\w.-]+>", w) or w.endswith("]") and w.startswith("[-")
+    return any(
+        w.lstrip("[").startswith("-") and w.startswith("[") or w in ("...", ELLIPSIS) or re.fullmatch(r"<[\w.-]+>", w)
         for w in words
     )
 
@@ -168,7 +168,7 @@ def extract(page: Path) -> list[Command]:
             kind = _classify(words)
             if kind is None or _is_synopsis(words):
                 if expected and kind is not None:
-                    raise ValueError(f"{page.relative_to(REPO)}:{line_no}: output shown for a synopsis")
+                    raise ValueError(f"{page}:{line_no}: output shown for a synopsis")
                 continue
             cmd = Command(page, line_no, kind[0], kind[1], text, filters, expected or None, kind[2])
             out.append(cmd)
@@ -182,33 +182,17 @@ def all_commands() -> list[Command]:
 # ---------------------------------------------------------------- parse checks
 
 
-@contextlib.contextmanager
-def _paths_need_not_exist(command: Any) -> Iterator[None]:
-    """Parse without requiring the files a documented command names to exist here."""
+def _relax_paths(command: Any, undo: list[tuple[Any, str, Any]]) -> None:
+    """Let ``command`` parse files that do not exist here (documented paths); ``undo`` restores it."""
     import click
 
-    changed: list[Any] = []
-
-    def walk(cmd: Any) -> None:
-        for p in getattr(cmd, "params", []):
-            if isinstance(p.type, click.Path) and p.type.exists:
-                p.type.exists = False
-                changed.append(p.type)
-            if isinstance(p.type, click.File):
-                changed.append((p, p.type))
-                p.type = click.Path()
-        for sub in getattr(cmd, "commands", {}).values():
-            walk(sub)
-
-    walk(command)
-    try:
-        yield
-    finally:
-        for c in changed:
-            if isinstance(c, tuple):
-                c[0].type = c[1]
-            else:
-                c.exists = True
+    for p in getattr(command, "params", []):
+        if isinstance(p.type, click.Path) and p.type.exists:
+            undo.append((p.type, "exists", True))
+            p.type.exists = False
+        elif isinstance(p.type, click.File):
+            undo.append((p, "type", p.type))
+            p.type = click.Path()
 
 
 def _substitute_placeholders(argv: list[str]) -> list[str]:
@@ -216,26 +200,36 @@ def _substitute_placeholders(argv: list[str]) -> list[str]:
 
 
 def parse_click(root: Any, prog: str, argv: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Resolve ``argv`` through a click command tree as click would; returns (command path, params) per level."""
+    """Resolve ``argv`` through a click command tree as click would; returns (command path, params) per level.
+
+    Subcommands are resolved with ``resolve_command``, so groups that load their subcommands lazily work too.
+    """
     import click
 
     levels: list[tuple[str, dict[str, Any]]] = []
-    with _paths_need_not_exist(root):
+    undo: list[tuple[Any, str, Any]] = []
+    try:
+        _relax_paths(root, undo)
         ctx = root.make_context(prog, list(argv), resilient_parsing=False)
         levels.append((prog, dict(ctx.params)))
         cmd = root
         path = prog
         while isinstance(cmd, click.Group):
-            rest = [*ctx._protected_args, *ctx.args] if hasattr(ctx, "_protected_args") else [*ctx.protected_args, *ctx.args]
+            protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+            rest = [*protected, *ctx.args]
             if not rest:
                 break
             name, sub, rest = cmd.resolve_command(ctx, rest)
             if sub is None:
                 raise click.UsageError(f"no such command {name!r}", ctx)
+            _relax_paths(sub, undo)
             path = f"{path} {name}"
             ctx = sub.make_context(name, list(rest), parent=ctx, resilient_parsing=False)
             levels.append((path, dict(ctx.params)))
             cmd = sub
+    finally:
+        for obj, attr, value in reversed(undo):
+            setattr(obj, attr, value)
     return levels
 
 
