@@ -53,6 +53,7 @@ class Command:
     filters: list[list[str]] = field(default_factory=list)
     expected: list[str] | None = None  # output lines (run and compare) or None (parse only)
     module: str = ""  # bench module
+    inline: bool = False  # a `code span` in prose: only the subcommand path and option names are checked
 
     @property
     def where(self) -> str:
@@ -134,9 +135,39 @@ def _classify(words: list[str]) -> tuple[str, list[str], str] | None:
     return None
 
 
+INLINE = re.compile(r"`((?:\.venv/bin/)?fednsl [^`]+|(?:\.venv/bin/)?python -m bench\.[^`]+)`")
+
+
+def _prose_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of every line outside fenced blocks."""
+    fence = ""
+    for no, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if m and not fence:
+            fence = m.group(1)
+        elif fence and line.strip().startswith(fence):
+            fence = ""
+        elif not fence:
+            yield no, line
+
+
+def extract_inline(page: Path) -> list[Command]:
+    """Commands written as code spans in prose and tables (``fednsl rules diff RUN_DIR --client A``)."""
+    out = []
+    for no, line in _prose_lines(page.read_text(encoding="utf-8")):
+        for m in INLINE.finditer(line):
+            split = _split(m.group(1).replace("[", " ").replace("]", " "))
+            if split is None:
+                continue
+            kind = _classify(split[0])
+            if kind is not None:
+                out.append(Command(page, no, kind[0], kind[1], m.group(1), [], None, kind[2], inline=True))
+    return out
+
+
 def extract(page: Path) -> list[Command]:
     """Every command of one page, with its expected output where it is to be run."""
-    out: list[Command] = []
+    out: list[Command] = extract_inline(page)
     for lang, first, body, skipped in _blocks(page.read_text(encoding="utf-8")):
         if skipped or lang in NO_COMMAND_LANGS:
             continue
@@ -348,8 +379,75 @@ def check_pytest(cmd: Command) -> None:
             raise ValueError(f"pytest: no test path {a!r}")
 
 
+def _option_names(argv: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
+
+
+def check_inline(cmd: Command) -> None:
+    """A command mentioned in prose: its subcommands exist and every ``--option`` it names exists."""
+    import click
+
+    if cmd.kind == "fednsl":
+        from fednsl.cli.main import cli
+
+        command: Any = cli
+        ctx = click.Context(cli, info_name="fednsl")
+        words = [a for a in cmd.argv if not a.startswith("-")]
+        for w in words:
+            if not isinstance(command, click.Group):
+                break
+            sub = command.get_command(ctx, w)
+            if sub is None:
+                if w in command.list_commands(ctx) or not re.fullmatch(r"[a-z][a-z0-9-]*", w):
+                    break
+                raise ValueError(f"no such command {w!r} under {ctx.command_path!r}")
+            command = sub
+            ctx = click.Context(sub, info_name=w, parent=ctx)
+        known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+    elif cmd.kind == "bench":
+        if PLACEHOLDER.fullmatch(cmd.module.rsplit(".", 1)[-1]):
+            return  # `python -m bench.NAME`: a pattern, not a module
+        known = _bench_options(cmd.module)
+    else:
+        return
+    for opt in _option_names(cmd.argv):
+        if opt not in known:
+            raise ValueError(f"option {opt!r} does not exist (known: {', '.join(sorted(known))})")
+
+
+def _bench_options(module: str) -> set[str]:
+    """Option names a bench module's parser accepts (click or argparse)."""
+    import click
+
+    mod = importlib.import_module(module)
+    command = getattr(mod, "command", None)
+    if isinstance(command, click.Command):
+        return {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+    seen: list[argparse.ArgumentParser] = []
+
+    def grab(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
+        seen.append(self)
+        raise _Parsed()
+
+    original = argparse.ArgumentParser.parse_known_args
+    argparse.ArgumentParser.parse_known_args = grab  # type: ignore[method-assign]
+    try:
+        main = mod.main
+        main([]) if inspect.signature(main).parameters else main()
+    except _Parsed:
+        pass
+    finally:
+        argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
+    if not seen:
+        raise ValueError(f"{module}: no argument parser found")
+    return set(seen[0]._option_string_actions)
+
+
 def parse_check(cmd: Command) -> None:
     """Raise when the documented command would not parse."""
+    if cmd.inline:
+        check_inline(cmd)
+        return
     {"fednsl": check_fednsl, "bench": check_bench, "make": check_make, "pytest": check_pytest}[cmd.kind](cmd)
 
 

@@ -98,3 +98,18 @@ def test_run_and_compare(tmp_path: Path) -> None:
     assert ex.compare(cmd, ex.run(cmd, work)) is None
     cmd.expected = ["no_such_config …", "…"]
     assert "differs from the page" in (ex.compare(cmd, ex.run(cmd, work)) or "")
+
+
+def test_inline_commands_checked(tmp_path: Path) -> None:
+    cmds = _page(tmp_path, "Use `fednsl rules diff RUN_DIR --client A --by head` or `python -m bench.stl --quick`.\n")
+    assert [c.inline for c in cmds] == [True, True]
+    for c in cmds:
+        ex.parse_check(c)
+    for bad in (
+        "`fednsl rules diff RUN_DIR --clients A`",
+        "`fednsl rules dif RUN_DIR`",
+        "`python -m bench.stl --quik`",
+    ):
+        (cmd,) = _page(tmp_path, f"Prose {bad}.\n")
+        with pytest.raises(ValueError):
+            ex.parse_check(cmd)
