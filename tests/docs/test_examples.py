@@ -26,8 +26,8 @@ def test_pages_show_commands() -> None:
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[c.where for c in COMMANDS])
 def test_command_parses(cmd: ex.Command) -> None:
-    if cmd.expected is not None and cmd.kind != "fednsl":
-        pytest.fail(f"{cmd.where}: output is shown for `{cmd.text}`, which the checker does not run")
+    if cmd.expected is not None and (cmd.kind != "fednsl" or cmd.argv[:1] in (["train"], ["bench"], ["flower"])):
+        pytest.fail(f"{cmd.where}: output is shown for `{cmd.text}`, which the checker does not run (too slow)")
     try:
         ex.parse_check(cmd)
     except Exception as exc:  # any parser error: report the page and line

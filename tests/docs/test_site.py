@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [("index.html", "fednsl"), ("methods/logicp/index.html", "LogiCP")]
+PAGES = [("index.html", "fednsl"), ("methods/logicp.html", "LogiCP")]
 
 
 def _chromium() -> str:
