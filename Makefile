@@ -3,9 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= test,bench,flower,text,timeseries,kg
+EXTRAS ?= test,bench,flower,text,timeseries,kg,docs
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
