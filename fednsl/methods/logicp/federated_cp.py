@@ -36,6 +36,31 @@ from fednsl.tasks.timeseries.training import predict
 from rules.conformal import coverage, interval_width
 
 CONFORMAL_METRICS = ("cov_joint", "cov_step", "s_cov_joint", "s_cov_step", "width", "width_orig", "qhat_finite")
+#: Request flag standing for Q̂ = +∞ (infeasible ranks): arrays on the wire must be finite.
+TRIVIAL_REGION = "qhat_trivial"
+
+
+def region_specs(horizon: int) -> tuple[ArraySpec, ...]:
+    """Request fields of a cluster region: ``qhat (H,)`` or the flag ``qhat_trivial (1,)`` (Q̂ = +∞)."""
+    return (
+        ArraySpec("qhat", "quantiles", "float", (int(horizon),), required=False),
+        ArraySpec(TRIVIAL_REGION, "mask", "bool", (1,), required=False),
+    )
+
+
+def weight_specs(weights: Mapping[str, np.ndarray], prefix: str = "") -> tuple[ArraySpec, ...]:
+    """Optional request fields ``<prefix><name>`` of a model's weights, each of the server's shape."""
+    return tuple(
+        ArraySpec(f"{prefix}{k}", "weights", shape=tuple(np.shape(v)), required=False) for k, v in weights.items()
+    )
+
+
+def received_region(msg: Message, horizon: int) -> np.ndarray | None:
+    """Q̂ ``(H,)`` a request carries (+∞ for the trivial region), or None when it carries none."""
+    if TRIVIAL_REGION in msg.arrays:
+        return np.full(int(horizon), np.inf)
+    q = msg.arrays.get("qhat")
+    return None if q is None else np.asarray(q, dtype=float)
 
 
 def prefixed(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -171,11 +196,13 @@ class ClusterConformal:
         return sorted(c for c, j in pool.items() if j == k)
 
     def region(self, cid: str) -> dict[str, np.ndarray]:
-        """``{"qhat": Q̂}`` of the client's cluster once it has been calibrated (+∞ when the ranks were
-        infeasible: the trivial region), else ``{}``."""
+        """``{"qhat": Q̂}`` of the client's cluster once it has been calibrated (``{"qhat_trivial": [True]}``
+        when the ranks were infeasible: Q̂ = +∞, the whole line), else ``{}``."""
         k = self.assign.get(cid, -1)
         if k < 0 or self.ranks[k] is None:
             return {}
+        if not np.isfinite(self.qhat[k]).all():
+            return {TRIVIAL_REGION: np.ones(1, dtype=bool)}
         return {"qhat": self.qhat[k].copy()}
 
     def _calibration_arrays(self, cid: str) -> dict[str, np.ndarray]:
@@ -254,6 +281,22 @@ class ClusterConformal:
         self._calib = {}
         return out
 
+    def _cluster_weight_specs(self) -> tuple[ArraySpec, ...]:
+        w = self.cluster_weights(0) if self.cfg.num_clusters else None
+        return () if w is None else weight_specs(w, "cluster.")
+
+    def calibrate_scale_request(self) -> Schema:
+        """Server → client for Eq. 15: the cluster model (``calibrate_with="cluster"``) and two options."""
+        return Schema(arrays=self._cluster_weight_specs(), config=("calibrate_with", "skip", "seed"))
+
+    def calibrate_request(self) -> Schema:
+        """Server → client for Eq. 16–17: the ranks ℓ and n_use, the cluster's σ ``(H,)``, the cluster model."""
+        sigma = ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False)
+        return Schema(
+            arrays=(sigma, *self._cluster_weight_specs()),
+            config=("calibrate_with", "scale_mode", "ell", "n_use", "skip", "seed"),
+        )
+
     def conformal_stages(self) -> tuple[Stage, ...]:
         """``calibrate.scale`` (Eq. 15: σ_i, H values) and ``calibrate`` (Eq. 16–17: the local quantiles)."""
         return (
@@ -262,12 +305,14 @@ class ClusterConformal:
                 self.configure_calibrate_scale,
                 self.aggregate_calibrate_scale,
                 reply=Schema(arrays=(ArraySpec("sigma", "quantiles", "float", (self.horizon,), required=False),)),
+                request=self.calibrate_scale_request,
             ),
             Stage(
                 "calibrate",
                 self.configure_calibrate,
                 self.aggregate_calibrate,
                 reply=Schema(arrays=(ArraySpec("quantiles", "quantiles", "float", (self.horizon,), required=False),)),
+                request=self.calibrate_request,
             ),
         )
 
@@ -299,4 +344,14 @@ class ClusterConformal:
         ]
 
 
-__all__ = ["CONFORMAL_METRICS", "ClusterConformal", "ConformalClient", "prefixed", "with_prefix"]
+__all__ = [
+    "CONFORMAL_METRICS",
+    "TRIVIAL_REGION",
+    "ClusterConformal",
+    "ConformalClient",
+    "prefixed",
+    "received_region",
+    "region_specs",
+    "weight_specs",
+    "with_prefix",
+]

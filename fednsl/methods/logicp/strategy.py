@@ -45,7 +45,13 @@ from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.logicp.config import LogiCPConfig
-from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, with_prefix
+from fednsl.methods.logicp.federated_cp import (
+    CONFORMAL_METRICS,
+    ClusterConformal,
+    region_specs,
+    weight_specs,
+    with_prefix,
+)
 from fednsl.methods.logicp.losses import logicp_loss
 from fednsl.tasks.timeseries.clients import pack_models
 from fednsl.tasks.timeseries.federated import TSStrategy, weighted_metric_means
@@ -388,12 +394,19 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
                 reply=self.weights_reply_schema,
                 request=lambda: weights_request_schema(self.global_w),
             ),
-            Stage("train", self.configure_train, self.aggregate_train, reply=self.weights_reply_schema),
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=self.weights_reply_schema,
+                request=self.train_request_schema,
+            ),
             Stage(
                 "cluster.train",
                 self.configure_cluster_train,
                 self.aggregate_cluster_train,
                 reply=lambda: self.weights_reply_schema(required=False),
+                request=self.cluster_train_request_schema,
             ),
             Stage(
                 "cluster",
@@ -402,9 +415,43 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
                 reply=Schema(
                     arrays=(ArraySpec("scores", "scores", "float", (None,)), ArraySpec("n_cal", "counts", "int", (1,)))
                 ),
+                request=self.cluster_request_schema,
             ),
             *self.conformal_stages(),
-            self.evaluate_stage(extra_metrics=EVAL_EXTRA),
+            self.evaluate_stage(request=self.evaluate_request_schema, extra_metrics=EVAL_EXTRA),
+        )
+
+    # Request schemas (server → client), checked before anything is sent: every array is a model of the
+    # server's shapes under a declared prefix, or the cluster's region; config entries are named.
+    def _train_options(self) -> tuple[str, ...]:
+        return (*self.cfg.sgd_config(), *self.cfg.loss_config(), "seed")
+
+    def train_request_schema(self) -> Schema:
+        """Eq. 19 training: ``push.<w>`` (first contact) and the region Q̂ of the client's cluster."""
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "push."), *region_specs(self.horizon)), config=self._train_options()
+        )
+
+    def cluster_train_request_schema(self) -> Schema:
+        """Alg. 1 lines 28–30: the cluster model ``cluster.<w>`` and its region, or ``skip``."""
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "cluster."), *region_specs(self.horizon)),
+            config=(*self._train_options(), "cluster_epochs", "skip"),
+        )
+
+    def cluster_request_schema(self) -> Schema:
+        """Eq. 10 scoring: ``push.<w>`` and the K candidate models ``c<j>.<w>``."""
+        cands = tuple(s for j in range(self.cfg.num_clusters) for s in weight_specs(self.global_w, f"c{j}."))
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "push."), *cands),
+            config=("num_candidates", "measure", "split", "max_samples", "seed"),
+        )
+
+    def evaluate_request_schema(self) -> Schema:
+        """Evaluation: the global model (before the first clustering) or ``push.`` / ``cluster.`` and Q̂."""
+        arrays = tuple(weight_specs(self.global_w, p) for p in ("global.", "push.", "cluster."))
+        return Schema(
+            arrays=(*(a for group in arrays for a in group), *region_specs(self.horizon)), config=("split", "seed")
         )
 
     def weights_reply_schema(self, required: bool = True) -> Schema:
