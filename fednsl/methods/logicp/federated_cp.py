@@ -170,6 +170,38 @@ class ConformalClient:
         return out
 
 
+def coverage_check(
+    achieved: float, nominal: Sequence[float], level_sd: Sequence[float], n_test: Sequence[int]
+) -> dict[str, Any]:
+    """Is a run's joint coverage (in %) within what sampling explains?
+
+    Per cluster k: nominal coverage c_k = cov(ℓ, κ) (exact, Eq. 14), the SD s_k of the calibration-conditional
+    coverage F(Q̂) over calibration draws (``RankChoice.level_sd``) and n_k test windows.  The test-window
+    average has mean Σ w_k c_k (w_k = n_k / n) and, for independent windows, variance
+    Σ w_k² (s_k² + c_k(1 − c_k)/n_k).  ``z`` = (achieved − mean) / SD; z < −3 is more under-coverage than
+    sampling explains (the windows are not exchangeable: drift, or test windows unlike the calibration ones).
+    """
+    c, s, n = (np.asarray(v, dtype=float) for v in (nominal, level_sd, n_test))
+    if not len(c) or n.sum() <= 0:
+        return {}
+    w = n / n.sum()
+    mean = float((w * c).sum())
+    sd = float(np.sqrt((w**2 * (s**2 + c * (1 - c) / np.maximum(n, 1))).sum()))
+    z = (achieved / 100.0 - mean) / sd if sd > 0 else 0.0
+    if z < -3:
+        verdict = "below what sampling explains: calibration and test windows are not exchangeable (drift?)"
+    elif achieved / 100.0 < mean:
+        verdict = "below the nominal coverage but within sampling error (small calibration sets), not a violation"
+    else:
+        verdict = "at or above the nominal coverage"
+    note = (
+        f"joint coverage {achieved:.1f} % vs nominal {100 * mean:.2f} % (exact cov(l, kappa)); expected run-to-run "
+        f"SD {100 * sd:.1f} points ({int(n.sum())} test windows, calibration-conditional SD "
+        f"{100 * float(s.max()):.1f} points per cluster); z = {z:.2f}: {verdict}"
+    )
+    return {"achieved": achieved, "nominal": 100 * mean, "sd": 100 * sd, "z": z, "note": note}
+
+
 class ClusterConformal:
     """Server mixin.  Needs ``self.cfg`` (``alpha``, ``scale_mode``, ``calibrate_with``, ``num_clusters``),
     ``self.horizon``; call :meth:`init_conformal` in ``__init__``; keep ``self.assign`` (cid → cluster)
@@ -332,6 +364,36 @@ class ClusterConformal:
         self.sigma = np.asarray(state["sigma"], dtype=float).copy()
         self.ranks = list(state["ranks"])
 
+    def record_coverage(self, replies: Mapping[str, Message]) -> None:
+        """Keep the evaluation's joint coverage and test-window counts per cluster for :meth:`coverage_report`."""
+        rows = [(c, r.metrics) for c, r in replies.items() if "cov_joint" in r.metrics and self.assign.get(c, -1) >= 0]
+        n = sum(int(m.get("num_examples", 0)) for _, m in rows)
+        if not rows or n == 0:
+            self._coverage_seen = None
+            return
+        achieved = sum(float(m["cov_joint"]) * int(m.get("num_examples", 0)) for _, m in rows) / n
+        per: dict[int, int] = {}
+        for c, m in rows:
+            per[self.assign[c]] = per.get(self.assign[c], 0) + int(m.get("num_examples", 0))
+        self._coverage_seen = (achieved, per)
+
+    def coverage_report(self) -> dict[str, Any]:
+        """:func:`coverage_check` of the last evaluation ({} before one, or with an infinite region)."""
+        seen = getattr(self, "_coverage_seen", None)
+        if seen is None:
+            return {}
+        achieved, per = seen
+        ks = [k for k in sorted(per) if self.ranks[k] is not None and np.isfinite(self.qhat[k]).all()]
+        if len(ks) != len(per):
+            return {}
+        r = [self.ranks[k] for k in ks]
+        return coverage_check(
+            achieved,
+            [x["coverage"] for x in r],
+            [x["level_sd"] for x in r],
+            [per[k] for k in ks],  # type: ignore[index]
+        )
+
     def conformal_summary(self) -> list[dict[str, Any]]:
         return [
             {
@@ -348,6 +410,7 @@ __all__ = [
     "CONFORMAL_METRICS",
     "TRIVIAL_REGION",
     "ClusterConformal",
+    "coverage_check",
     "ConformalClient",
     "prefixed",
     "received_region",

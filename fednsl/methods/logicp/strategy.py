@@ -33,7 +33,9 @@ only participants are clustered and calibrated.  Evaluation covers every client.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -59,6 +61,8 @@ from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.training import sgd_epochs
 from kg.seeding import derive_rng, derive_seed
 from rules import stl
+
+log = logging.getLogger("fednsl.logicp")
 
 CLUSTER_STAGES = ("cluster", "calibrate.scale", "calibrate")
 EVAL_EXTRA = (*CONFORMAL_METRICS, "t_conflicts", *(f"tstl_{m}" for m in ("mse", "mse_orig", "rho", "step_rho")))
@@ -348,6 +352,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return out
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        self.record_coverage(replies)
         return weighted_metric_means(replies.values(), skip=("num_examples", "cluster"))
 
     # -- runtime assignment of a new client (no retraining) ------------------------------------------
@@ -482,8 +487,19 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         """Clusters, regions and ranks (written to RUN_DIR/logicp.json)."""
         return {"assignment": dict(sorted(self.assign.items())), "clusters": self.conformal_summary()}
 
+    def summary_metrics(self) -> dict[str, Any]:
+        """summary.json's ``coverage_check``: the final joint coverage against the exact nominal one."""
+        report = self.coverage_report()
+        return {"coverage_check": report} if report else {}
+
     def finalize(self, run_dir: Path) -> None:
-        (Path(run_dir) / "logicp.json").write_text(json.dumps(self.summary(), indent=2, default=str))
+        summary = self.summary()
+        report = self.coverage_report()
+        if report:
+            summary["coverage_check"] = report
+            log.warning("LogiCP coverage: %s", report["note"])
+            print(f"LogiCP coverage: {report['note']}", file=sys.stderr)
+        (Path(run_dir) / "logicp.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
 def _loss(replies: Mapping[str, Message]) -> Metrics:
