@@ -8,7 +8,7 @@ from fednsl.plots import Panel, PlotSpec, Series, register_plot
 KIFL = register_plot("kifl")(
     PlotSpec(
         "kifl_accuracy",
-        "KIFL: knowledge injection keeps accuracy and lowers the rule violations of the predictions",
+        "KIFL: test accuracy and the share of predictions violating the injected knowledge",
         (
             Panel(
                 "Test accuracy",
