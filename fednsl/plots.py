@@ -221,6 +221,24 @@ def plot_curated(
     return _save(fig, path, len(panels))
 
 
+def link_prediction_spec(keys: Iterable[str]) -> PlotSpec | None:
+    """A generic link-prediction figure from whichever server curves are MRR / Hits@k (``stage/…mrr…``,
+    ``stage/…hits@k…``); None when there are none.  Used for methods that register no spec."""
+    keys = sorted(keys)
+    mrr = [k for k in keys if "mrr" in k.split("/", 1)[-1]]
+    hits = [k for k in keys if "hits@" in k.split("/", 1)[-1]]
+    if not mrr:
+        return None
+
+    def panel(title: str, group: list[str], ylabel: str) -> Panel:
+        return Panel(title, tuple(Series(k, k, "method" if i == 0 else "variant") for i, k in enumerate(group)), ylabel)
+
+    panels = (panel("Mean reciprocal rank (higher is better)", mrr, "MRR"),)
+    if hits:
+        panels += (panel("Hits@k (higher is better)", hits, "hits"),)
+    return PlotSpec("link_prediction", "Link prediction: ranking quality over rounds", panels)
+
+
 def _run_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.yaml"
     if not path.exists():
@@ -243,9 +261,10 @@ def plot_run(
     all_curves = curves(rows)
     shown = all_curves if spec is None else {k: all_curves[k] for k in spec.metrics() if all_curves.get(k)}
     out = [plot_curves(shown, run_dir / "plots" / "metrics.png", title)]
-    if spec is not None:
+    curated = spec if spec is not None else link_prediction_spec(all_curves)
+    if curated is not None:
         sub = title or str(config.get("name") or "")
-        out.append(plot_curated(spec, all_curves, run_dir / "plots" / f"{spec.name}.png", config, sub))
+        out.append(plot_curated(curated, all_curves, run_dir / "plots" / f"{curated.name}.png", config, sub))
     return [p for p in out if p is not None]
 
 
@@ -326,6 +345,7 @@ __all__ = [
     "alpha_target",
     "curves",
     "forecast_panels",
+    "link_prediction_spec",
     "numeric_panels",
     "plot_curated",
     "plot_curves",

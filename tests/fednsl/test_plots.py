@@ -17,6 +17,7 @@ from fednsl.plots import (
     PlotSpec,
     Series,
     curves,
+    link_prediction_spec,
     plot_curated,
     plot_run,
     plot_spec,
@@ -121,3 +122,24 @@ def test_panels_without_data_are_left_out(tmp_path: Path):
     path = plot_curated(spec, {"evaluate/a": [(1, 1.0), (2, 2.0)]}, tmp_path / "x.png")
     assert path is not None and _panels(path)[0] == 1
     assert plot_curated(spec, {}, tmp_path / "y.png") is None
+
+
+def test_generic_link_prediction_figure_for_methods_without_spec(tmp_path: Path):
+    rows = [
+        {
+            "round": r,
+            "scope": "server",
+            "stage": "evaluate",
+            "mrr": 0.1 * r,
+            "hits@1": 0.05 * r,
+            "hits@10": 0.2 * r,
+            "loss": 1.0 / r,
+        }
+        for r in (1, 2, 3)
+    ]
+    spec = link_prediction_spec(curves(rows))
+    assert spec is not None and [len(p.series) for p in spec.panels] == [1, 2]
+    paths = plot_run(tmp_path, rows, method="no-such-method")
+    assert [p.name for p in paths] == ["metrics.png", "link_prediction.png"]
+    assert _panels(paths[0])[0] == 4 and _panels(paths[1])[0] == 2
+    assert link_prediction_spec(["evaluate/accuracy"]) is None
