@@ -147,12 +147,13 @@ def plot_curves(series: Mapping[str, Sequence[tuple[int, float]]], path: Path, t
 
 
 _GREYS = ("#555555", "#999999", "#333333", "#bbbbbb")
+_OWN = ("C0", "C1", "C2", "C4", "C5", "C6", "C8", "C9")  # tab10 without red (targets), grey and olive
 _LINESTYLE = {"method": "-", "variant": "-", "baseline": "--", "reference": ":"}
 
 
 def series_colours(spec: PlotSpec) -> dict[str, str]:
-    """One colour per series label, the same in every panel: the method's rows take tab10 colours in order
-    of first appearance, baselines shades of grey, references black."""
+    """One colour per series label, the same in every panel: the method's rows take tab10 colours (never the
+    red of target lines) in order of first appearance, baselines shades of grey, references black."""
     out: dict[str, str] = {}
     own, grey = 0, 0
     for p in spec.panels:
@@ -165,7 +166,7 @@ def series_colours(spec: PlotSpec) -> dict[str, str]:
                 out[s.label] = _GREYS[grey % len(_GREYS)]
                 grey += 1
             else:
-                out[s.label] = f"C{own % 10}"
+                out[s.label] = _OWN[own % len(_OWN)]
                 own += 1
     return out
 
@@ -214,6 +215,7 @@ def plot_curated(
             from matplotlib.ticker import MaxNLocator
 
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(bottom=0)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(spec.claim + (f"\n{subtitle}" if subtitle else ""), fontsize=11)

@@ -82,6 +82,7 @@ def test_colours_are_consistent_across_panels_and_baselines_are_grey():
             assert seen.setdefault(s.label, colours[s.label]) == colours[s.label]
     own = [colours[s.label] for p in spec.panels for s in p.series if s.role in ("method", "variant")]
     assert len(set(own)) == len({s.label for p in spec.panels for s in p.series if s.role in ("method", "variant")})
+    assert "C3" not in own  # red is kept for target lines
     assert all(colours[s.label].startswith("#") for p in spec.panels for s in p.series if s.role == "baseline")
 
 

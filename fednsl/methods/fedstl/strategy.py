@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -42,6 +42,8 @@ from fednsl.tasks.timeseries.properties import ClientProperty, band_loss, mine_p
 from fednsl.tasks.timeseries.training import sgd_epochs
 from kg.seeding import derive_seed
 from rules import stl
+
+log = logging.getLogger("fednsl.fedstl")
 
 
 def _copy(w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -340,7 +342,9 @@ class FedSTLStrategy(TSStrategy):
     def finalize(self, run_dir: Path) -> None:
         """``clusters.json``: final assignment, cluster sizes, cluster properties φ_j and the history."""
         if self.assignment:
-            print(f"FedSTL grouping: {self.grouping_report()['note']}", file=sys.stderr)
+            note = self.grouping_report()["note"]
+            level = logging.WARNING if "no groups found" in note or "does not beat" in note else logging.INFO
+            log.log(level, "FedSTL grouping: %s", note)
         props = {}
         for j in range(self.K):
             p = self.cluster_property(j)

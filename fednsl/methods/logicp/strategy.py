@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -497,8 +496,8 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         report = self.coverage_report()
         if report:
             summary["coverage_check"] = report
-            log.warning("LogiCP coverage: %s", report["note"])
-            print(f"LogiCP coverage: {report['note']}", file=sys.stderr)
+            level = logging.WARNING if report["z"] < 0 else logging.INFO  # below nominal: say why, visibly
+            log.log(level, "LogiCP coverage: %s", report["note"])
         (Path(run_dir) / "logicp.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
