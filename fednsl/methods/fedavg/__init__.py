@@ -39,3 +39,6 @@ def build_fedavg(config: RunConfig) -> Federation:
     strategy = FedAvgStrategy(init, cfg)
     strategy.example_limits = {cid: max(len(d.y_train), len(d.y_test)) for cid, d in parts.items()}
     return Federation(strategy, clients, summary)
+
+
+from fednsl.methods.fedavg import plots as _plots  # noqa: E402,F401  (registers the curated figure)

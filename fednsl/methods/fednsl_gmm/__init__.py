@@ -37,3 +37,6 @@ def build_fednsl_gmm(config: RunConfig) -> Federation:
         for cid, d in parts.items()
     }
     return Federation(FedNSLGMMStrategy(cfg, data_cfg), clients, client_data_summary(parts))
+
+
+from fednsl.methods.fednsl_gmm import plots as _plots  # noqa: E402,F401  (registers the curated figure)

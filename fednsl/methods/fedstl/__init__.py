@@ -59,3 +59,6 @@ def build_fedstl(config: RunConfig) -> Federation:
         "train_examples": int(sum(c.num_examples for c in clients.values())),
     }
     return Federation(strategy, clients, summary)
+
+
+from fednsl.methods.fedstl import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -41,6 +42,8 @@ from fednsl.tasks.timeseries.properties import ClientProperty, band_loss, mine_p
 from fednsl.tasks.timeseries.training import sgd_epochs
 from kg.seeding import derive_seed
 from rules import stl
+
+log = logging.getLogger("fednsl.fedstl")
 
 
 def _copy(w: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -299,8 +302,49 @@ class FedSTLStrategy(TSStrategy):
         self.assignment = {c: int(a) for c, a in state["assignment"].items()}
         self.history = list(state["history"])
 
+    def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        out = super().aggregate_evaluate(rnd, replies, failures)
+        self._last_eval = dict(out)
+        return out
+
+    def grouping_report(self) -> dict[str, Any]:
+        """Did CLUSTER_ID find groups, and do the forecasts beat the naive ones?  ``note`` says it in words."""
+        sizes = self._sizes()
+        used, rule = int(sizes["clusters_used"]), self.cfg.rule
+        members = {j: sorted(c for c, a in self.assignment.items() if a == j) for j in range(self.K)}
+        notes = [f"CLUSTER_ID ({rule}) uses {used} of K={self.K} clusters, sizes {[len(m) for m in members.values()]}"]
+        if used == 1 and len(self.assignment) > 1:
+            why = (
+                "every client's lowest-loss cluster is the same one: the cluster that wins the first assignment "
+                "(from randomly initialised models) trains on everyone's data and stays the best fit for all; "
+                "rule: balanced (the authors' code, capacity ceil(N/K)) spreads the clients"
+                if rule == "argmin"
+                else "the capacity allows one cluster to hold every client"
+            )
+            notes[0] += f": no groups found ({why})"
+        ev = getattr(self, "_last_eval", {})
+        naive = {k: ev[k] for k in ("naive_mean_mse", "naive_last_mse") if k in ev}
+        if "mse" in ev and naive:
+            best = min(naive, key=naive.get)
+            rows = {k: ev[k] for k in ("mse", "s_mse", "t_mse") if k in ev}
+            verdict = "beats" if min(rows.values()) < naive[best] else "does not beat"
+            notes.append(
+                "test MSE "
+                + ", ".join(f"{k} {v:.5f}" for k, v in rows.items())
+                + f" vs {best} {naive[best]:.5f}: FedSTL {verdict} the naive forecast"
+            )
+        return {"clusters_used": used, "members": members, "note": "; ".join(notes)}
+
+    def summary_metrics(self) -> dict[str, Any]:
+        """summary.json's ``grouping_check`` (:meth:`grouping_report`)."""
+        return {"grouping_check": self.grouping_report()} if self.assignment else {}
+
     def finalize(self, run_dir: Path) -> None:
         """``clusters.json``: final assignment, cluster sizes, cluster properties φ_j and the history."""
+        if self.assignment:
+            note = self.grouping_report()["note"]
+            level = logging.WARNING if "no groups found" in note or "does not beat" in note else logging.INFO
+            log.log(level, "FedSTL grouping: %s", note)
         props = {}
         for j in range(self.K):
             p = self.cluster_property(j)
@@ -316,4 +360,6 @@ class FedSTLStrategy(TSStrategy):
             "cluster_properties": props,
             "history": self.history,
         }
+        if self.assignment:
+            payload["grouping_check"] = self.grouping_report()
         (Path(run_dir) / "clusters.json").write_text(json.dumps(payload, indent=1))

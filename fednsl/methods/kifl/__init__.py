@@ -151,3 +151,6 @@ def build_kifl(config: RunConfig) -> Federation:
     cfg = build_kwargs(KIFLConfig, config.method_kwargs, "method_kwargs (kifl)")
     dcfg = build_kwargs(KIFLDataConfig, config.data, "data (kifl)")
     return build_kifl_federation(load_dataset(dcfg.name, dcfg.path), cfg, dcfg, config.seed)
+
+
+from fednsl.methods.kifl import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -97,3 +97,6 @@ def build_logicp(config: RunConfig) -> Federation:
         "num_clusters": cfg.num_clusters,
     }
     return Federation(strategy, clients, summary)
+
+
+from fednsl.methods.logicp import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -35,7 +35,14 @@ from fednsl.federation.roles import Metrics, Stage, handles
 from fednsl.federation.runner import Federation
 from fednsl.methods.logicp.calibration import SCALE_MODES
 from fednsl.methods.logicp.data import logicp_setup
-from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, ConformalClient
+from fednsl.methods.logicp.federated_cp import (
+    CONFORMAL_METRICS,
+    TRIVIAL_REGION,
+    ClusterConformal,
+    ConformalClient,
+    received_region,
+    region_specs,
+)
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.clients import TSIFCAClient, unpack_models
@@ -97,8 +104,9 @@ class CPIFCAClient(ConformalClient, TSIFCAClient):
         return reply
 
     def evaluate(self, msg: Message) -> Message:
-        qhat = msg.arrays.get("qhat")
-        plain = dataclasses.replace(msg, arrays={k: v for k, v in msg.arrays.items() if k != "qhat"})
+        qhat = received_region(msg, self.data.horizon)
+        region = {"qhat", TRIVIAL_REGION}
+        plain = dataclasses.replace(msg, arrays={k: v for k, v in msg.arrays.items() if k not in region})
         reply = super().evaluate(plain)
         j = int(reply.metrics["cluster"])
         cluster = self.net(unpack_models(plain.arrays, int(msg.config["num_clusters"]))[j])
@@ -117,8 +125,20 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         self._trained: list[str] = []
 
     def declare_stages(self) -> tuple[Stage, ...]:
-        train = Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema)
-        return (train, *self.conformal_stages(), self.evaluate_stage(extra_metrics=CONFORMAL_METRICS))
+        train = Stage(
+            "train",
+            self.configure_train,
+            self.aggregate_train,
+            reply=self.train_reply_schema,
+            request=self.train_request_schema,
+        )
+        evaluate = self.evaluate_stage(request=self.evaluate_request_schema, extra_metrics=CONFORMAL_METRICS)
+        return (train, *self.conformal_stages(), evaluate)
+
+    def evaluate_request_schema(self) -> Schema:
+        """IFCA's evaluate request plus the region Q̂ of the client's cluster."""
+        base = super().evaluate_request_schema()
+        return Schema(arrays=(*base.arrays, *region_specs(self.horizon)), config=base.config)
 
     def train_reply_schema(self) -> Schema:
         base = super().train_reply_schema()

@@ -19,7 +19,7 @@ Stages (what leaves the client is in brackets — weights, σ / quantile vectors
 
 Arrays addressed to the client: ``push.<name>`` (weights to load into θ_i^c: the full global model on
 first contact, the cluster's shared encoder afterwards), ``c<j>.<name>`` (cluster models to score),
-``cluster.<name>`` (the own cluster's full model), ``qhat`` (H,) and ``sigma`` (H,).
+``cluster.<name>`` (the own cluster's full model), ``qhat`` (H,) or ``qhat_trivial`` (Q̂ = +∞) and ``sigma`` (H,).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.records import Message
 from fednsl.federation.roles import handles
 from fednsl.methods.logicp.correction import conflicts, correct
-from fednsl.methods.logicp.federated_cp import ConformalClient, prefixed
+from fednsl.methods.logicp.federated_cp import ConformalClient, prefixed, received_region
 from fednsl.methods.logicp.losses import LossWeights, logicp_loss, mse_loss, stl_loss
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.tasks.timeseries.clients import unpack_models
@@ -103,7 +103,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
     def train(self, msg: Message) -> Message:
         """Alg. 1 lines 19–20: local epochs on the private training windows with Eq. 19."""
         self._load_push(msg)
-        qhat = msg.arrays.get("qhat")
+        qhat = received_region(msg, self.data.horizon)
         x, y = self.part(str(msg.config.get("local_data", "pretrain+train")))
         loss = sgd_epochs(
             self.model,
@@ -128,7 +128,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
             x,
             y,
             gen=self.seed_generator(msg),
-            objective=self.logicp_objective(msg.config, msg.arrays.get("qhat")),
+            objective=self.logicp_objective(msg.config, received_region(msg, self.data.horizon)),
             **sgd_kwargs(msg.config, "cluster_epochs"),
         )
         return msg.reply(self.cid, arrays=get_weights(net), metrics={"num_examples": len(y), "train_loss": loss})
@@ -174,7 +174,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
         cluster_w = prefixed(msg.arrays, "cluster.")
         cluster = self.net(cluster_w) if cluster_w else None
         out = self.evaluation(model, split, cluster_model=cluster, teacher=False)
-        qhat = msg.arrays.get("qhat")
+        qhat = received_region(msg, self.data.horizon)
         x, y = self.split(split)
         pred = predict(model, x)
         if self.band and qhat is not None:

@@ -33,6 +33,7 @@ only participants are clustered and calibrated.  Evaluation covers every client.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -45,7 +46,13 @@ from fednsl.federation.aggregate import weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.logicp.config import LogiCPConfig
-from fednsl.methods.logicp.federated_cp import CONFORMAL_METRICS, ClusterConformal, with_prefix
+from fednsl.methods.logicp.federated_cp import (
+    CONFORMAL_METRICS,
+    ClusterConformal,
+    region_specs,
+    weight_specs,
+    with_prefix,
+)
 from fednsl.methods.logicp.losses import logicp_loss
 from fednsl.tasks.timeseries.clients import pack_models
 from fednsl.tasks.timeseries.federated import TSStrategy, weighted_metric_means
@@ -53,6 +60,8 @@ from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.training import sgd_epochs
 from kg.seeding import derive_rng, derive_seed
 from rules import stl
+
+log = logging.getLogger("fednsl.logicp")
 
 CLUSTER_STAGES = ("cluster", "calibrate.scale", "calibrate")
 EVAL_EXTRA = (*CONFORMAL_METRICS, "t_conflicts", *(f"tstl_{m}" for m in ("mse", "mse_orig", "rho", "step_rho")))
@@ -342,6 +351,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return out
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        self.record_coverage(replies)
         return weighted_metric_means(replies.values(), skip=("num_examples", "cluster"))
 
     # -- runtime assignment of a new client (no retraining) ------------------------------------------
@@ -388,12 +398,19 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
                 reply=self.weights_reply_schema,
                 request=lambda: weights_request_schema(self.global_w),
             ),
-            Stage("train", self.configure_train, self.aggregate_train, reply=self.weights_reply_schema),
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=self.weights_reply_schema,
+                request=self.train_request_schema,
+            ),
             Stage(
                 "cluster.train",
                 self.configure_cluster_train,
                 self.aggregate_cluster_train,
                 reply=lambda: self.weights_reply_schema(required=False),
+                request=self.cluster_train_request_schema,
             ),
             Stage(
                 "cluster",
@@ -402,9 +419,43 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
                 reply=Schema(
                     arrays=(ArraySpec("scores", "scores", "float", (None,)), ArraySpec("n_cal", "counts", "int", (1,)))
                 ),
+                request=self.cluster_request_schema,
             ),
             *self.conformal_stages(),
-            self.evaluate_stage(extra_metrics=EVAL_EXTRA),
+            self.evaluate_stage(request=self.evaluate_request_schema, extra_metrics=EVAL_EXTRA),
+        )
+
+    # Request schemas (server → client), checked before anything is sent: every array is a model of the
+    # server's shapes under a declared prefix, or the cluster's region; config entries are named.
+    def _train_options(self) -> tuple[str, ...]:
+        return (*self.cfg.sgd_config(), *self.cfg.loss_config(), "seed")
+
+    def train_request_schema(self) -> Schema:
+        """Eq. 19 training: ``push.<w>`` (first contact) and the region Q̂ of the client's cluster."""
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "push."), *region_specs(self.horizon)), config=self._train_options()
+        )
+
+    def cluster_train_request_schema(self) -> Schema:
+        """Alg. 1 lines 28–30: the cluster model ``cluster.<w>`` and its region, or ``skip``."""
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "cluster."), *region_specs(self.horizon)),
+            config=(*self._train_options(), "cluster_epochs", "skip"),
+        )
+
+    def cluster_request_schema(self) -> Schema:
+        """Eq. 10 scoring: ``push.<w>`` and the K candidate models ``c<j>.<w>``."""
+        cands = tuple(s for j in range(self.cfg.num_clusters) for s in weight_specs(self.global_w, f"c{j}."))
+        return Schema(
+            arrays=(*weight_specs(self.global_w, "push."), *cands),
+            config=("num_candidates", "measure", "split", "max_samples", "seed"),
+        )
+
+    def evaluate_request_schema(self) -> Schema:
+        """Evaluation: the global model (before the first clustering) or ``push.`` / ``cluster.`` and Q̂."""
+        arrays = tuple(weight_specs(self.global_w, p) for p in ("global.", "push.", "cluster."))
+        return Schema(
+            arrays=(*(a for group in arrays for a in group), *region_specs(self.horizon)), config=("split", "seed")
         )
 
     def weights_reply_schema(self, required: bool = True) -> Schema:
@@ -435,8 +486,19 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         """Clusters, regions and ranks (written to RUN_DIR/logicp.json)."""
         return {"assignment": dict(sorted(self.assign.items())), "clusters": self.conformal_summary()}
 
+    def summary_metrics(self) -> dict[str, Any]:
+        """summary.json's ``coverage_check``: the final joint coverage against the exact nominal one."""
+        report = self.coverage_report()
+        return {"coverage_check": report} if report else {}
+
     def finalize(self, run_dir: Path) -> None:
-        (Path(run_dir) / "logicp.json").write_text(json.dumps(self.summary(), indent=2, default=str))
+        summary = self.summary()
+        report = self.coverage_report()
+        if report:
+            summary["coverage_check"] = report
+            level = logging.WARNING if report["z"] < 0 else logging.INFO  # below nominal: say why, visibly
+            log.log(level, "LogiCP coverage: %s", report["note"])
+        (Path(run_dir) / "logicp.json").write_text(json.dumps(summary, indent=2, default=str))
 
 
 def _loss(replies: Mapping[str, Message]) -> Metrics:

@@ -48,3 +48,6 @@ def build_lrxfl(config: RunConfig) -> Federation:
         cid: LRXFLClient(cid, d, space, tau, data_cfg.classes, cfg.hidden, cfg.temperature) for cid, d in parts.items()
     }
     return Federation(LRXFLStrategy(init, cfg, data_cfg, space), clients, client_data_summary(parts))
+
+
+from fednsl.methods.lrxfl import plots as _plots  # noqa: E402,F401  (registers the curated figure)

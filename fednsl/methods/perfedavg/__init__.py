@@ -33,3 +33,6 @@ def build_perfedavg(config: RunConfig) -> Federation:
     return Federation(
         NumericWeightsStrategy(init, train_cfg, data_cfg, server_lr=cfg.server_lr), clients, client_data_summary(parts)
     )
+
+
+from fednsl.methods.perfedavg import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -39,3 +39,6 @@ def build_pfedbayes(config: RunConfig) -> Federation:
         clients,
         client_data_summary(parts),
     )
+
+
+from fednsl.methods.pfedbayes import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -43,3 +43,6 @@ def build_pfedme(config: RunConfig) -> Federation:
     return Federation(
         NumericWeightsStrategy(init, train_cfg, data_cfg, server_lr=cfg.beta), clients, client_data_summary(parts)
     )
+
+
+from fednsl.methods.pfedme import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -105,3 +105,6 @@ def build_ts_ifca(config: RunConfig) -> Federation:
         clients,
         {**_summary(setup, clients), "num_clusters": cfg.num_clusters},
     )
+
+
+from fednsl.methods.ts_baselines import plots as _plots  # noqa: E402,F401  (registers the curated figure)

@@ -124,9 +124,30 @@ class TSIFCAStrategy(TSStrategy):
 
     def declare_stages(self) -> tuple[Stage, ...]:
         return (
-            Stage("train", self.configure_train, self.aggregate_train, reply=self.train_reply_schema),
-            self.evaluate_stage(),
+            Stage(
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=self.train_reply_schema,
+                request=self.train_request_schema,
+            ),
+            self.evaluate_stage(self.evaluate_request_schema),
         )
+
+    def packed_model_specs(self) -> tuple[ArraySpec, ...]:
+        """The K models as request fields ``c<j>.<name>`` (:func:`pack_models`), each of the server's shape."""
+        return tuple(
+            ArraySpec(f"c{j}.{k}", "weights", shape=tuple(np.shape(v)))
+            for j, m in enumerate(self.models)
+            for k, v in m.items()
+        )
+
+    def train_request_schema(self) -> Schema:
+        """Server → client (Alg. 1 line 3): the K models, the SGD options and the IFCA options."""
+        return Schema(arrays=self.packed_model_specs(), config=(*self.cfg.sgd_config(), *self._config(), "seed"))
+
+    def evaluate_request_schema(self) -> Schema:
+        return Schema(arrays=self.packed_model_specs(), config=("split", *self._config(), "seed"))
 
     def train_reply_schema(self) -> Schema:
         """One model of the server's shapes, and which of the K clusters it belongs to."""
