@@ -26,7 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 docs: $(STAMP)
-	$(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
