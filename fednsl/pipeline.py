@@ -132,6 +132,7 @@ def _train(
         config.engine,
         run_dir,
     )
+    engine = get_engine(config.engine)  # an unknown engine is refused before the data is built
     built = federation if federation is not None else build_federation(config)
     log.info("data: %s", json.dumps(_short_summary(built.summary), default=str))
     fed = inject_faults(built, config.federation.faults)  # no-op unless federation.faults is set
@@ -140,7 +141,6 @@ def _train(
             f"federation.min_clients={config.federation.min_clients} exceeds the "
             f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
         )
-    engine = get_engine(config.engine)
     runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
     result = runner.run()
     try:  # rules.json of a rule learner gets its confidence counts
