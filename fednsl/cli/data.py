@@ -342,6 +342,29 @@ def import_text(
     )
     for f in written:
         click.echo(f"wrote {f}")
+    for line in next_steps(out_dir, written, len(corpus), relations is not None):
+        click.echo(line)
+
+
+def next_steps(out_dir: Path, written: list[Path], n_docs: int, has_relations: bool) -> list[str]:
+    """What to do after `data import-text`: label, check, train (with a client count the documents allow)."""
+    data_file = next((f for f in written if f.suffix == ".json" and f.parent == out_dir), out_dir)
+    clients = max(1, min(4, n_docs // 4))  # about 4 documents per client at least: 3 to train, 1 to test
+    steps = [
+        "next steps:",
+        f"  1. label relation facts: in {data_file} give each document's \"labels\" entries "
+        '{"h": ENTITY, "t": ENTITY, "r": RELATION} (entity = index into its "vertexSet")'
+        + ("" if has_relations else "; pass --relations to fix the relation names (meta/rel2id.json)"),
+        f"  2. check them: fednsl data info {out_dir}",
+        f"  3. train FedNSL on them: fednsl train fednsl_dwie --set data.path={out_dir} "
+        f"--set data.num_clients={clients} --set data.golden_rules=none",
+    ]
+    if n_docs < 8:
+        steps.append(
+            f"  ({n_docs} documents is very few: every client needs training and test documents, so import more "
+            "text or use fewer clients)"
+        )
+    return steps
 
 
 PREPARE_HELP = """Prepare a dataset in the layout fednsl reads (this command never uses the network).
