@@ -241,4 +241,3 @@ def engine_notes() -> dict[str, str]:
         missing = extra == "flower" and importlib.util.find_spec("flwr") is None
         out[name] = what + (f" (needs: pip install 'fednsl[{extra}]')" if missing else "")
     return out
-

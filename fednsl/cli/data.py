@@ -352,7 +352,7 @@ def next_steps(out_dir: Path, written: list[Path], n_docs: int, has_relations: b
     clients = max(1, min(4, n_docs // 4))  # about 4 documents per client at least: 3 to train, 1 to test
     steps = [
         "next steps:",
-        f"  1. label relation facts: in {data_file} give each document's \"labels\" entries "
+        f'  1. label relation facts: in {data_file} give each document\'s "labels" entries '
         '{"h": ENTITY, "t": ENTITY, "r": RELATION} (entity = index into its "vertexSet")'
         + ("" if has_relations else "; pass --relations to fix the relation names (meta/rel2id.json)"),
         f"  2. check them: fednsl data info {out_dir}",

@@ -67,13 +67,13 @@ def configure(verbose: int) -> None:
     """
     level = max(logging.WARNING - 10 * verbose, logging.DEBUG)
     root = logging.getLogger()
-    ours = [h for h in root.handlers if getattr(h, "fednsl_console", False)]
+    ours: list[logging.Handler] = [h for h in root.handlers if getattr(h, "fednsl_console", False)]
     if not root.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        handler.fednsl_console = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-        ours = [handler]
+        console = logging.StreamHandler()
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        console.fednsl_console = True  # type: ignore[attr-defined]
+        root.addHandler(console)
+        ours = [console]
     for handler in ours:
         # the level sits on the handler: fednsl's INFO records still reach RUN_DIR/run.log without -v
         handler.setLevel(level)

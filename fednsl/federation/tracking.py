@@ -170,8 +170,8 @@ def round_postfix(method: str, latest: Mapping[str, Mapping[str, Any]]) -> str:
                     ref = f" ({h.reference_label + ' ' if h.reference_label else ''}{rv:.3g})"
             parts.append(f"{h.label} {value:.3g}{ref}")
     if not parts:
-        for stage in latest.values():
-            parts += [f"{k} {v:.3g}" for k, v in stage.items() if k.endswith("loss") and isinstance(v, float)]
+        for metrics in latest.values():
+            parts += [f"{k} {v:.3g}" for k, v in metrics.items() if k.endswith("loss") and isinstance(v, float)]
     return " · ".join(parts[:3])
 
 

@@ -26,7 +26,9 @@ def rule_documents(config: RunConfig, federation: Federation | None = None) -> d
     split is rebuilt from ``config`` exactly as the method builder does (same corpus, seeds and client ids).
     """
     if federation is not None:
-        out = {cid: list(c.partition.seen_train) for cid, c in federation.clients.items() if isinstance(c, FedNSLClient)}
+        out = {
+            cid: list(c.partition.seen_train) for cid, c in federation.clients.items() if isinstance(c, FedNSLClient)
+        }
         if len(out) == len(federation.clients):
             return out
     data = build_kwargs(FedNSLDataConfig, config.data, "data (fednsl)")
