@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,10 +22,11 @@ from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.faults import inject_faults
 from fednsl.federation.resume import prepare_resume
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
-from fednsl.federation.tracking import progress_disabled
+from fednsl.federation.tracking import progress_bar, progress_disabled
 from fednsl.plots import plot_run
 from fednsl.registry import ENGINE_TABLE, METHODS, Registry, load_methods, normalize
 from fednsl.rule_counts import count_rules
+from rules import progress as rule_progress
 
 log = logging.getLogger("fednsl")
 
@@ -103,7 +105,8 @@ def train(
     logging.getLogger("fednsl").addHandler(handler)
     logging.getLogger("fednsl").setLevel(logging.INFO)
     try:
-        with progress_disabled(not progress):
+        # bars of long inner loops of the rule layer (generator training) too, nested under the round bar
+        with progress_disabled(not progress), rule_progress.installed(partial(progress_bar, leave=False)):
             return _train(config, run_dir, resume, progress, message_hook, federation)
     except Exception as exc:  # into run.log only (INFO stays off the console); the caller reports the error
         log.info("run stopped by %s: %s", type(exc).__name__, exc)
