@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-BarFactory = Callable[..., Any]  # (total=, desc=, unit=) -> an object with update(n), set_postfix_str(s), close()
+# (total=, desc=, unit=) -> an object with update(n), set_postfix_str(s, refresh=False) (shown at the next update,
+# so that a bar still appears only after its delay), close(); tqdm's bars are such objects
+BarFactory = Callable[..., Any]
 
 _FACTORY: list[BarFactory | None] = [None]
 
@@ -24,7 +26,7 @@ class SilentBar:
     def update(self, n: int = 1) -> None:
         pass
 
-    def set_postfix_str(self, s: str = "") -> None:
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         pass
 
     def close(self) -> None:

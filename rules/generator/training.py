@@ -120,7 +120,7 @@ def train_generator(
                     total += float(loss.detach())
                     batches += 1
                     pb.update(1)
-                    pb.set_postfix_str(f"epoch {epoch + 1}/{epochs} loss {total / batches:.3f}")
+                    pb.set_postfix_str(f"epoch {epoch + 1}/{epochs} loss {total / batches:.3f}", refresh=False)
                 losses.append(total / max(batches, 1))
                 sched.step()
     finally:

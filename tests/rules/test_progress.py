@@ -18,7 +18,7 @@ class Recorder:
     def update(self, n: int = 1) -> None:
         self.n += n
 
-    def set_postfix_str(self, s: str = "") -> None:
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         self.postfix = s
 
     def close(self) -> None:
