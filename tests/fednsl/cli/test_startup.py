@@ -80,3 +80,19 @@ print(json.dumps({{"paths": [" ".join(p) for p in paths], "heavy": heavy}}))
         res["paths"]
     )
     assert res["heavy"] == []
+
+
+def test_bench_help_lists_every_benchmark_without_importing_them() -> None:
+    from fednsl.cli.bench import BENCHES, SUMMARIES
+
+    assert set(SUMMARIES) == set(BENCHES)
+    code = (
+        "import sys; from fednsl.cli.main import cli\n"
+        "try:\n    cli.main(['bench', '--help'], prog_name='fednsl', standalone_mode=False)\n"
+        "except SystemExit:\n    pass\n"
+        "print([m for m in sys.modules if m.startswith('bench.')])"
+    )
+    proc = _run(["-c", code])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip().splitlines()
+    assert out[-1] == "[]" and all(any(ln.strip().startswith(n) for ln in out) for n in BENCHES)
