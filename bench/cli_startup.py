@@ -86,6 +86,7 @@ def floor_seconds(repeats: int) -> float:
 
 
 def run(baseline: str, repeats: int, baseline_repeats: int) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     paths = command_paths()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,15 +105,23 @@ def run(baseline: str, repeats: int, baseline_repeats: int) -> dict[str, Any]:
                     new_t.append(time_help(ROOT, path))
             new = statistics.median(new_t)
             old = statistics.median(old_t) if old_t else None
-            rows.append({
-                "command": " ".join(("fednsl", *path, "--help")),
-                "new_s": round(new, 3),
-                "new_max_s": round(max(new_t), 3),
-                "old_s": None if old is None else round(old, 3),
-                "ratio_old_over_new": None if old is None else round(old / new, 1),
-            })
+            rows.append(
+                {
+                    "command": " ".join(("fednsl", *path, "--help")),
+                    "new_s": round(new, 3),
+                    "new_max_s": round(max(new_t), 3),
+                    "old_s": None if old is None else round(old, 3),
+                    "ratio_old_over_new": None if old is None else round(old / new, 1),
+                }
+            )
             click.echo(f"{rows[-1]['command']:48s} old {rows[-1]['old_s']}  new {new:.3f}", err=True)
-    return {"baseline": baseline, "repeats": repeats, "rows": rows, "python_floor_s": round(floor_seconds(5), 3)}
+    return {
+        "baseline": baseline,
+        "repeats": repeats,
+        "rows": rows,
+        "python_floor_s": round(floor_seconds(5), 3),
+        "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+    }
 
 
 def to_markdown(res: dict[str, Any]) -> str:
@@ -124,7 +133,13 @@ def to_markdown(res: dict[str, Any]) -> str:
         "",
         f"Median wall seconds of `python -m fednsl.cli.main ... --help` (this tree: {res['repeats']} runs per "
         f"command; baseline `{res['baseline']}` exported with `git archive` and run side by side with the same "
-        f"Python). `python -c pass` alone: {res['python_floor_s']:.3f} s. Machine: {res.get('machine', {})}.",
+        f"Python). `python -c pass` alone: {res['python_floor_s']:.3f} s. Machine: {res.get('machine', {})}"
+        + (
+            f"; 1-minute load average {res['load_average_1min'][0]} at the start, {res['load_average_1min'][1]} "
+            "at the end (other jobs share the machine: absolute times include waiting for a core)."
+            if "load_average_1min" in res
+            else "."
+        ),
         "",
         f"Slowest now: {max(news):.2f} s; median now {statistics.median(news):.2f} s"
         + (f" against {statistics.median(olds):.2f} s before." if olds else "."),
@@ -142,7 +157,9 @@ def to_markdown(res: dict[str, Any]) -> str:
 
 @click.command("cli-startup")
 @click.option("--baseline", default=BASELINE, show_default=True, help="Git revision to compare against.")
-@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per command (this tree).")
+@click.option(
+    "--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per command (this tree)."
+)
 @click.option(
     "--baseline-repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per command (baseline)."
 )
