@@ -42,6 +42,9 @@ def test_declared_headline_keys_are_in_the_summary(method: str, tmp_path: Path) 
     assert summary["plots"] == sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "plots").glob("*.png"))
     log = (tmp_path / "run.log").read_text()
     assert f"method {config.method}" in log and "round 2" in log and "done in" in log
+    if (tmp_path / "rules.json").exists():  # rule learners (fednsl, fednsl-kg): every rule has its counts
+        assert RuleStore.load(tmp_path).missing_counts() == []
+        assert summary["rule_counts"]["source"] in ("computed", "recorded")
 
 
 @pytest.fixture(scope="module")
