@@ -70,7 +70,7 @@ for path in paths:
         cli.main(path + ["--help"], prog_name="fednsl", standalone_mode=False)
     except SystemExit:
         pass
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {(*HEAVY, "numpy")!r})
 print(json.dumps({{"paths": [" ".join(p) for p in paths], "heavy": heavy}}))
 """
     proc = _run(["-c", code])
