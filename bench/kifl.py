@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import click
-import numpy as np
+import click  # numpy loads inside the functions that use it: `fednsl bench ... --help` stays fast
 
 APPROACHES = ("P-KM", "ML", "MLwKM", "FL", "FLwKM")
 FLAGS = {"ML": (False, False), "MLwKM": (True, False), "FL": (False, True), "FLwKM": (True, True)}  # with_km, fed
@@ -85,6 +84,7 @@ def run_once(ds: Any, name: str, seed: int, overrides: Sequence[str], cache: dic
 
 def reference_alg1(fed: Any, cfg: Any) -> tuple[dict[str, float], float]:
     """Algorithm 1 written directly in PyTorch over the same clients (no engine, no messages)."""
+    import numpy as np
     import torch
 
     from fednsl.common.torch_utils import get_weights, set_weights
@@ -128,6 +128,8 @@ def reference_alg1(fed: Any, cfg: Any) -> tuple[dict[str, float], float]:
 
 
 def _ms(values: Sequence[float]) -> dict[str, float]:
+    import numpy as np
+
     v = np.asarray(values, dtype=np.float64)
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": int(len(v))}
 
@@ -189,6 +191,8 @@ def bench_dataset(name: str, seeds: Sequence[int], quick: bool, path: str | None
 
 def _summarise(name: str, ds: Any, cfg0: Any, base: list[str], quick: bool, runs: dict[str, dict[int, Any]],
                seeds: list[int], extra: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
     clients = sorted(next(iter(runs.values()))[seeds[0]]["clients"])
     summary: dict[str, Any] = {}
     for key, by_seed in runs.items():
@@ -235,6 +239,8 @@ def _fmt(s: dict[str, float]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
+    import numpy as np
+
     lines = []
     for name, res in results.items():
         cfg = _config(name, res["overrides"]) if name else None

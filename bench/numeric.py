@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import click
-import numpy as np
+import click  # numpy loads inside the functions that use it: `fednsl bench ... --help` stays fast
 
 METHODS: dict[str, tuple[str, str, tuple[str, ...]]] = {     # key → (label, shipped config, overrides)
     "fednsl": ("FedNSL", "numeric_fednsl", ()),
@@ -84,6 +83,7 @@ def run_one(key: str, seed: int, rounds: int | None, work: Path) -> dict[str, An
 
 def gmm_reference(run: dict[str, Any], seed: int) -> dict[str, float]:
     """scikit-learn GaussianMixture on the pooled inputs vs the federated GMM of one FedNSL run."""
+    import numpy as np
     from scipy.optimize import linear_sum_assignment
     from sklearn.mixture import GaussianMixture
 
@@ -114,12 +114,16 @@ def gmm_reference(run: dict[str, Any], seed: int) -> dict[str, float]:
 
 # -- summarising --------------------------------------------------------------------------------------------
 def _stats(values: Sequence[float]) -> dict[str, Any]:
+    import numpy as np
+
     a = np.asarray(values, dtype=np.float64)
     return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
             "values": [float(v) for v in a]}
 
 
 def summarise(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    import numpy as np
+
     final: dict[str, Any] = {}
     curves: dict[str, Any] = {}
     for key, by_seed in runs.items():
@@ -165,6 +169,7 @@ def _label(key: str) -> str:
 
 def plot_panels(curves: dict[str, Any], path: Path, train_metric: str, rows: int = 2) -> Path:
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -196,6 +201,7 @@ def plot_panels(curves: dict[str, Any], path: Path, train_metric: str, rows: int
 
 def plot_heterogeneity(final: dict[str, Any], levels: Sequence[str], path: Path) -> Path:
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -262,6 +268,7 @@ def markdown(payload: dict[str, Any]) -> str:
 def run_comparison(seeds: Sequence[int], rounds: int | None = None, methods: Sequence[str] | None = None,
                    out_dir: Path | None = None, name: str = "numeric", echo=print) -> dict[str, Any]:
     """Run every method for every seed, write ``<name>.json/.md`` and the PNGs into ``out_dir``."""
+    import numpy as np
     import torch
 
     from bench._common import machine

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,8 +22,11 @@ from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.faults import inject_faults
 from fednsl.federation.resume import prepare_resume
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
+from fednsl.federation.tracking import progress_bar, progress_disabled
 from fednsl.plots import plot_run
-from fednsl.registry import Registry, load_methods, normalize
+from fednsl.registry import ENGINE_TABLE, METHODS, Registry, load_methods, normalize
+from fednsl.rule_counts import count_rules
+from rules import progress as rule_progress
 
 log = logging.getLogger("fednsl")
 
@@ -35,9 +39,13 @@ ENGINES.register("decentralised")(DecentralisedRunner)
 def get_engine(name: str) -> EngineFactory:
     """The engine factory registered as ``name``; Flower engines ("flower", "flower-sim") load on first use.
 
-    Flower is an optional extra, so ``fednsl.engines.flower`` is imported only for names starting with "flower".
+    Flower is an optional extra, so ``fednsl.engines.flower`` is imported only for those names. An unknown name
+    is refused with the list of :data:`fednsl.registry.ENGINE_TABLE` (the engines ``fednsl methods`` lists).
     """
-    if normalize(name).startswith("flower") and name not in ENGINES:
+    key = normalize(name)
+    if key not in ENGINES and key not in ENGINE_TABLE:
+        raise KeyError(f"unknown engine {name!r}; known: {', '.join(ENGINE_TABLE)}")
+    if key.startswith("flower") and key not in ENGINES:
         try:
             from fednsl.engines import flower
         except ImportError as exc:
@@ -57,7 +65,10 @@ def latest_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path | None:
 
 
 def build_federation(config: RunConfig) -> Federation:
-    return load_methods().get(config.method).build(config)
+    """The federation of ``config.method`` (only that method's module is imported; see :data:`METHODS`)."""
+    if config.method not in METHODS:
+        load_methods()  # a method package missing from METHOD_TABLE still registers on import
+    return METHODS.get(config.method).build(config)
 
 
 def train(
@@ -73,8 +84,10 @@ def train(
     """Run a config to the end (or resume it) and write the run directory.
 
     RUN_DIR holds config.yaml, metrics.jsonl/.csv, checkpoints/, plots/, summary.json, run.log
-    and method outputs (e.g. rules.tsv for rule-learning methods). With ``resume``, ``start_over``
-    sets unreadable checkpoints and their metrics aside instead of refusing (:mod:`fednsl.federation.resume`).
+    and method outputs (e.g. rules.json/rules.tsv for rule-learning methods, with confidence counts added at the
+    end by :func:`fednsl.rule_counts.count_rules`). With ``resume``, ``start_over`` sets unreadable checkpoints
+    and their metrics aside instead of refusing (:mod:`fednsl.federation.resume`). ``progress``: progress bars
+    (shown only on a terminal, :func:`fednsl.federation.tracking.progress_bar`).
     """
     if out is None and resume:
         out = latest_run_dir(config)
@@ -92,37 +105,82 @@ def train(
     logging.getLogger("fednsl").addHandler(handler)
     logging.getLogger("fednsl").setLevel(logging.INFO)
     try:
-        t0 = time.perf_counter()
-        fed = federation if federation is not None else build_federation(config)
-        fed = inject_faults(fed, config.federation.faults)  # no-op unless federation.faults is set
-        if config.federation.min_clients > len(fed.clients):
-            raise ValueError(
-                f"federation.min_clients={config.federation.min_clients} exceeds the "
-                f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
-            )
-        engine = get_engine(config.engine)
-        runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
-        result = runner.run()
-        plots = plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
-        summary = {
-            "method": config.method,
-            "config": config.name,
-            "seed": config.seed,
-            "rounds": config.rounds,
-            "wall_time_s": time.perf_counter() - t0,
-            "data": fed.summary,
-            "plots": [str(p.relative_to(run_dir)) for p in plots],
-            "final": {
-                r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
-                for r in result.rows
-                if r["scope"] == "server" and r["round"] == config.rounds
-            },
-        }
-        extra = getattr(fed.strategy, "summary_metrics", None)
-        if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
-            summary.update(extra())
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        return result
+        # bars of long inner loops of the rule layer (generator training) too, nested under the round bar
+        with progress_disabled(not progress), rule_progress.installed(partial(progress_bar, leave=False)):
+            return _train(config, run_dir, resume, progress, message_hook, federation)
+    except Exception as exc:  # into run.log only (INFO stays off the console); the caller reports the error
+        log.info("run stopped by %s: %s", type(exc).__name__, exc)
+        raise
     finally:
         logging.getLogger("fednsl").removeHandler(handler)
         handler.close()
+
+
+def _train(
+    config: RunConfig,
+    run_dir: Path,
+    resume: bool,
+    progress: bool,
+    message_hook: MessageHook | None,
+    federation: Federation | None,
+) -> RunResult:
+    t0 = time.perf_counter()
+    log.info(
+        "%s %s: method %s, %d rounds, seed %d, engine %s → %s",
+        "resuming" if resume else "training",
+        config.name or config.method,
+        config.method,
+        config.rounds,
+        config.seed,
+        config.engine,
+        run_dir,
+    )
+    engine = get_engine(config.engine)  # an unknown engine is refused before the data is built
+    built = federation if federation is not None else build_federation(config)
+    log.info("data: %s", json.dumps(_short_summary(built.summary), default=str))
+    fed = inject_faults(built, config.federation.faults)  # no-op unless federation.faults is set
+    if config.federation.min_clients > len(fed.clients):
+        raise ValueError(
+            f"federation.min_clients={config.federation.min_clients} exceeds the "
+            f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
+        )
+    runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
+    result = runner.run()
+    try:  # rules.json of a rule learner gets its confidence counts
+        counts = count_rules(run_dir, config, built)
+    except ValueError as exc:  # the run itself is complete and kept: say so and go on
+        log.warning("confidence counts not added: %s", exc)
+        counts = None
+    plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
+    summary = {
+        "method": config.method,
+        "config": config.name,
+        "seed": config.seed,
+        "rounds": config.rounds,
+        "wall_time_s": time.perf_counter() - t0,
+        "data": fed.summary,
+        # every plot of the run: the generic metrics.png and the method's own (written when it finalised)
+        "plots": sorted(str(p.relative_to(run_dir)) for p in (run_dir / "plots").glob("*.png")),
+        "final": {
+            r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
+            for r in result.rows
+            if r["scope"] == "server" and r["round"] == config.rounds
+        },
+    }
+    if counts is not None:
+        summary["rule_counts"] = counts.to_json()
+    extra = getattr(fed.strategy, "summary_metrics", None)
+    if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
+        summary.update(extra())
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    log.info("done in %.1f s; wrote %s", summary["wall_time_s"], ", ".join(["summary.json", *summary["plots"]]))
+    return result
+
+
+def _short_summary(data: Any, depth: int = 0) -> Any:
+    """The data summary for run.log, nested mappings cut at two levels."""
+    if isinstance(data, dict):
+        if depth >= 2:
+            return f"{{{len(data)} entries}}"
+        return {k: _short_summary(v, depth + 1) for k, v in data.items()}
+    return data

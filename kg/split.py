@@ -230,7 +230,10 @@ def split_clients(
     combos = split.combos(corpus.entity_types)
     docs, excluded = eligible_documents(corpus)
     if len(docs) < num_clients:
-        raise DataError(f"{len(docs)} eligible documents cannot be split over {num_clients} clients")
+        raise DataError(
+            f"{len(docs)} eligible documents (with entities; {len(excluded)} excluded) cannot be split over "
+            f"{num_clients} clients: set num_clients to at most {max(len(docs), 1)} or add documents"
+        )
     docs = sorted(docs, key=lambda d: d.doc_id)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(docs))

@@ -120,6 +120,13 @@ class Explanation:
         }
 
 
+def _types_text(store: RuleStore, types: tuple[Any, Any] | None) -> str:
+    """``person->location`` (type names, as the store names its triples), ``any`` for None."""
+    if types is None:
+        return "any"
+    return "->".join(store.type_name(store.type_id(t)) for t in types)
+
+
 def explain(
     values: Any,
     store: RuleStore,
@@ -151,7 +158,8 @@ def explain(
     if not triples:
         heads = sorted({store.triple_name(t) for t in store.find_triples(h_id)})
         raise ValueError(
-            f"no stored triple for {store.relations[h_id]} with types {types}; triples of this head: {heads or 'none'}"
+            f"no stored triple for {store.relations[h_id]} with types {_types_text(store, types)}; "
+            f"triples of this head: {heads or 'none'}"
         )
     c = None if client is None else str(client)
     items: list[PathEvidence] = []
@@ -190,6 +198,9 @@ def explain(
         if weights is not None and crec is not None:
             logits[t] = logit + (crec.bias or 0.0)
     if c is not None and not items:
-        raise ValueError(f"client {c!r} has no posterior for any triple of {store.relations[h_id]} with types {types}")
+        raise ValueError(
+            f"client {c!r} has no posterior for any triple of {store.relations[h_id]} with types "
+            f"{_types_text(store, types)}"
+        )
     items.sort(key=lambda it: -it.contribution)
     return Explanation(h_id, (x, y), c, items[: top if top is not None else None], logits)

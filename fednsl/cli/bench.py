@@ -1,9 +1,9 @@
 """``fednsl bench``: run the benchmarks of the ``bench`` package (installed with fednsl).
 
 Each benchmark is a module ``bench/<name>.py`` that exports a click command named ``command`` (also runnable as
-``python -m bench.<name>``). To add one, add a line to :data:`BENCHES`; modules are imported only when their
-subcommand (or ``fednsl bench --help``) is used, so a slow or optional import in one benchmark costs the
-others nothing.
+``python -m bench.<name>``). To add one, add a line to :data:`BENCHES` and :data:`SUMMARIES`; a module is imported
+only when its subcommand is used (``fednsl bench --help`` lists them from :data:`SUMMARIES`), so a slow or optional
+import in one benchmark costs the others nothing.
 """
 
 from __future__ import annotations
@@ -14,10 +14,20 @@ import click
 
 #: subcommand name → module exporting ``command`` (a click.Command). Keep it short and sorted.
 BENCHES: dict[str, str] = {
-    "kifl": "bench.kifl",  # knowledge-injected FL §7: five approaches, low-data and λ studies
-    "fedstl": "bench.fedstl_table",  # FedSTL Table 2 (MSE / property satisfaction) vs FedAvg/FedProx/FedRep/Ditto/IFCA
-    "logicp": "bench.logicp_table",  # LogiCP Tables 1, 4, 7 (MSE / γ% / coverage / width) vs its baselines
-    "numeric": "bench.numeric",  # FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg
+    "cli-startup": "bench.cli_startup",
+    "kifl": "bench.kifl",
+    "fedstl": "bench.fedstl_table",
+    "logicp": "bench.logicp_table",
+    "numeric": "bench.numeric",
+}
+
+#: the line `fednsl bench --help` shows for each (so that listing them imports none of them)
+SUMMARIES: dict[str, str] = {
+    "cli-startup": "Time every `fednsl ... --help` against an older commit.",
+    "kifl": "Knowledge-injected FL §7: five approaches, low-data and λ studies.",
+    "fedstl": "FedSTL Table 2: MSE and property satisfaction vs FedAvg/FedProx/FedRep/Ditto/IFCA.",
+    "logicp": "LogiCP Tables 1, 4, 7: MSE, γ%, coverage and width vs its baselines.",
+    "numeric": "FedNSL §4.1.1 numerical experiment vs pFedMe/Per-FedAvg/pFedBayes/LR-XFL/FedAvg.",
 }
 
 
@@ -45,6 +55,13 @@ class LazyBenchGroup(click.Group):
         if cmd_name in BENCHES:
             return _load(cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The subcommand list from :data:`SUMMARIES`, without importing the benchmark modules."""
+        rows = [(name, SUMMARIES.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 @click.group("bench", cls=LazyBenchGroup)

@@ -6,10 +6,8 @@ import itertools
 import json
 
 import click
-import numpy as np
 
-from rules.conformal import choose_ranks, meets_target, qq_coverage, qq_coverage_fraction, qq_level_moments
-from rules.conformal.simulation import simulate_coverage
+# numpy, scipy and rules.conformal load inside each subcommand, so that --help starts at once
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 
@@ -72,6 +70,8 @@ def command() -> None:
 )
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 def ranks_cmd(n_cal: tuple[int, ...], clients: tuple[int, ...], alpha: tuple[float, ...], fmt: str) -> None:
+    from rules.conformal import choose_ranks
+
     rows = []
     for n, m, a in itertools.product(n_cal, clients, alpha):
         rows.append(choose_ranks(n, m, a).to_dict())
@@ -115,6 +115,8 @@ def ranks_cmd(n_cal: tuple[int, ...], clients: tuple[int, ...], alpha: tuple[flo
 )
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 def coverage_cmd(n_cal: int, clients: int, ell: int, kappa: int, alpha: float | None, exact: bool, fmt: str) -> None:
+    from rules.conformal import choose_ranks, meets_target, qq_coverage, qq_coverage_fraction, qq_level_moments
+
     try:
         cov = qq_coverage(n_cal, clients, ell, kappa)
     except ValueError as err:
@@ -208,6 +210,10 @@ def simulate_cmd(
     kappa: int | None,
     fmt: str,
 ) -> None:
+    import numpy as np
+
+    from rules.conformal.simulation import simulate_coverage
+
     if (ell is None) != (kappa is None):
         raise click.UsageError("give both --ell and --kappa, or neither")
     try:

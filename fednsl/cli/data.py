@@ -7,12 +7,12 @@ import json
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
-from kg.documents import Corpus, DataError, Vocab
+if TYPE_CHECKING:  # numpy and kg load when a subcommand runs, not for --help
+    from kg.documents import Corpus, Vocab
 
 FORMAT_CHOICE = click.Choice(["auto", "dwie", "docred", "synthetic", "kg"])
 
@@ -24,6 +24,7 @@ def _fail(exc: Exception) -> click.ClickException:
 
 
 def _load(path: str, fmt: str, skip_bad: bool) -> Corpus:
+    from kg.documents import DataError
     from kg.io import load_corpus
 
     try:
@@ -48,6 +49,8 @@ def command() -> None:
 def _info_dict(
     corpus: Corpus, clients: int, seed: int, groups: str | None, test_ratio: float, holdout: float
 ) -> dict[str, Any]:
+    import numpy as np
+
     from kg.split import NerGroupSplit, eligible_documents, partition_stats, split_clients
 
     ents = np.asarray([d.num_entities for d in corpus.documents])
@@ -208,6 +211,7 @@ def info(
     `synthetic[:SEED] --format kg`): entities, relations, triples per split, top relations, clients.
     """
     from fednsl.cli.kg_info import show_kg_info, wants_kg
+    from kg.documents import DataError
 
     if wants_kg(path, fmt):
         show_kg_info(path, top, as_json)
@@ -235,6 +239,8 @@ def _parse_type_map(items: tuple[str, ...]) -> dict[str, str]:
 
 def _read_names(spec: str | None, kind: str) -> Vocab | None:
     """A vocabulary from a comma list, a rel2id/ner2id JSON file, or a one-name-per-line file."""
+    from kg.documents import Vocab
+
     if spec is None:
         return None
     path = Path(spec)
@@ -311,6 +317,7 @@ def import_text(
     of the written file by hand or with a backbone, then read it with `fednsl data info OUT`.
     """
     from kg.docred import write_docred
+    from kg.documents import DataError
     from kg.text import build_pipeline, import_texts, read_entity_list
 
     try:
@@ -335,6 +342,29 @@ def import_text(
     )
     for f in written:
         click.echo(f"wrote {f}")
+    for line in next_steps(out_dir, written, len(corpus), relations is not None):
+        click.echo(line)
+
+
+def next_steps(out_dir: Path, written: list[Path], n_docs: int, has_relations: bool) -> list[str]:
+    """What to do after `data import-text`: label, check, train (with a client count the documents allow)."""
+    data_file = next((f for f in written if f.suffix == ".json" and f.parent == out_dir), out_dir)
+    clients = max(1, min(4, n_docs // 4))  # about 4 documents per client at least: 3 to train, 1 to test
+    steps = [
+        "next steps:",
+        f'  1. label relation facts: in {data_file} give each document\'s "labels" entries '
+        '{"h": ENTITY, "t": ENTITY, "r": RELATION} (entity = index into its "vertexSet")'
+        + ("" if has_relations else "; pass --relations to fix the relation names (meta/rel2id.json)"),
+        f"  2. check them: fednsl data info {out_dir}",
+        f"  3. train FedNSL on them: fednsl train fednsl_dwie --set data.path={out_dir} "
+        f"--set data.num_clients={clients} --set data.golden_rules=none",
+    ]
+    if n_docs < 8:
+        steps.append(
+            f"  ({n_docs} documents is very few: every client needs training and test documents, so import more "
+            "text or use fewer clients)"
+        )
+    return steps
 
 
 PREPARE_HELP = """Prepare a dataset in the layout fednsl reads (this command never uses the network).
@@ -387,6 +417,8 @@ Synthetic planted-rule set:
 def prepare(
     dataset: str, source: Path | None, out_dir: Path, skip_bad: bool, docred: bool, seed: int, config_path: Path | None
 ) -> None:
+    from kg.documents import DataError
+
     try:
         if dataset == "synthetic":
             _prepare_synthetic(out_dir, seed, config_path)
@@ -417,6 +449,7 @@ def _prepare_synthetic(out_dir: Path, seed: int, config_path: Path | None) -> No
 
 def _prepare_dwie(source: Path, out_dir: Path, skip_bad: bool, docred: bool) -> None:
     from kg.docred import write_docred
+    from kg.documents import Corpus
     from kg.dwie import DWIE_COARSE_TYPES, DWIE_RELATIONS, iter_dwie_json, read_dwie, tokenize_documents
     from kg.split import eligible_documents
 

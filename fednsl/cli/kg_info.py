@@ -1,6 +1,7 @@
 """``fednsl data info`` for knowledge graphs: triples folders, FedLU client folders, pykeen's sets, synthetic.
 
-Kept free of torch so that the command starts fast; :func:`show_kg_info` is called from ``fednsl.cli.data``.
+Kept free of torch so that the command starts fast, and numpy/kg load only when it runs (not for ``--help``);
+:func:`show_kg_info` is called from ``fednsl.cli.data``.
 """
 
 from __future__ import annotations
@@ -8,13 +9,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
-from kg.kg_sources import load_kg
-from kg.triples import SPLITS, KnowledgeGraph, TriplesError, is_kg_source
+if TYPE_CHECKING:
+    from kg.triples import KnowledgeGraph
 
 
 class KGInputError(click.ClickException):
@@ -25,6 +25,8 @@ class KGInputError(click.ClickException):
 
 def wants_kg(path: str, fmt: str) -> bool:
     """Whether ``fednsl data info PATH --format FMT`` is about a KG (``synthetic`` alone stays the document set)."""
+    from kg.triples import is_kg_source
+
     if fmt == "kg":
         return True
     return fmt == "auto" and path != "synthetic" and not path.startswith("synthetic:") and is_kg_source(path)
@@ -41,6 +43,11 @@ def _federated_clients(path: str) -> list[KnowledgeGraph] | None:
 
 def kg_info_dict(source: str, top: int = 15) -> dict[str, Any]:
     """Counts of a KG source: entities, relations, triples per split, top relations, clients, planted rules."""
+    import numpy as np
+
+    from kg.kg_sources import load_kg
+    from kg.triples import SPLITS
+
     start = time.perf_counter()
     clients = _federated_clients(source)
     if clients is not None:
@@ -121,6 +128,8 @@ def _echo(info: dict[str, Any], top: int) -> None:
 
 def show_kg_info(source: str, top: int, as_json: bool) -> None:
     """Print :func:`kg_info_dict` as text or JSON; bad input -> one line, exit status 2."""
+    from kg.triples import TriplesError
+
     try:
         info = kg_info_dict(source, top)
     except (TriplesError, ValueError, OSError) as exc:

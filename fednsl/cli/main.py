@@ -1,13 +1,15 @@
 """``fednsl`` — train federated rule learners, inspect data and rules, verify the protocol.
 
 Subcommands defined in other modules of this package (``fednsl.cli.<name>.command``) are
-discovered automatically.
+discovered automatically. Every module of this package imports only click and the standard library at the top
+(numpy, torch, scipy, ... load inside the command that needs them), so ``--help`` answers at once;
+``tests/fednsl/cli/test_startup.py`` keeps it so.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
+import json
 import pkgutil
 import sys
 from pathlib import Path
@@ -37,10 +39,12 @@ class _Group(click.Group):
 def cli(verbose: int) -> None:
     """Federated neuro-symbolic rule learning (FedNSL, FedSTL, LogiCP, knowledge-injected FL).
 
-    Start with `fednsl configs` and `fednsl train CONFIG`.
+    Start with `fednsl configs` and `fednsl train CONFIG`. Libraries' own log lines and progress bars
+    (Flower, transformers, ...) show only with -v.
     """
-    level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+    from fednsl.cli.logs import configure
+
+    configure(verbose)
 
 
 @cli.command()
@@ -74,10 +78,12 @@ def cli(verbose: int) -> None:
 @click.option(
     "--engine",
     default=None,
-    help="Where rounds run: inprocess (default), or another registered engine "
+    help="Where rounds run: inprocess (default), decentralised, flower-sim or flower "
     "(see `fednsl methods`). Same as --set engine=NAME.",
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress bars (there are none either when the output is not a terminal)."
+)
 def train(
     config: str,
     overrides: tuple[str, ...],
@@ -90,26 +96,35 @@ def train(
     """Train the method of CONFIG (a YAML path or the name of a shipped config).
 
     Writes RUN_DIR/config.yaml (resolved), metrics.jsonl and metrics.csv, checkpoints/,
-    plots/*.png, summary.json, run.log, and rules.tsv/rules.json for rule-learning methods.
+    plots/*.png, summary.json, run.log, and rules.tsv/rules.json (with confidence counts) for
+    rule-learning methods. Ends with one line: the method's headline metric(s) and their references.
     """
     from fednsl.config import load_config
-    from fednsl.federation.runner import QuorumLostError
-    from fednsl.pipeline import train as run_train
 
     if start_over and not resume:
         raise click.UsageError("--start-over only applies with --resume")
     ov = list(overrides) + ([f"engine={engine}"] if engine else [])
-    try:
+    try:  # a bad config is refused before torch and the method load
         cfg = load_config(config, ov)
+    except BAD_INPUT as exc:
+        raise as_bad_input(exc) from exc
+    from fednsl.federation.runner import QuorumLostError
+    from fednsl.pipeline import train as run_train
+
+    try:
         result = run_train(cfg, out, resume=resume, progress=not quiet, start_over=start_over)
     except QuorumLostError as exc:  # the run stopped as configured (on_quorum_loss: abort); checkpoints are kept
         raise click.ClickException(f"run stopped: {exc}; resume it with --resume") from exc
     except BAD_INPUT as exc:
         raise as_bad_input(exc) from exc
-    click.echo(f"results: {result.run_dir}")
-    for name in ("metrics.jsonl", "plots", "rules.tsv", "summary.json"):
-        if (result.run_dir / name).exists():
-            click.echo(f"  {result.run_dir / name}")
+    from fednsl.cli.result import result_line
+
+    run_dir = result.run_dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    written = [n for n in ("metrics.jsonl", "rules.json", "rules.tsv", "run.log") if (run_dir / n).exists()]
+    written += [str(p) for p in summary.get("plots", [])]
+    click.echo(f"wrote {run_dir}/: " + ", ".join(written))
+    click.echo(result_line(run_dir, summary, cfg.to_dict()))
 
 
 @cli.command()
@@ -123,17 +138,19 @@ def configs() -> None:
 
 @cli.command()
 def methods() -> None:
-    """List the registered methods (strategy + client pairs) and engines."""
-    from fednsl.pipeline import ENGINES
-    from fednsl.registry import load_methods
+    """List the registered methods (strategy + client pairs) with their headline metrics, and the engines."""
+    from fednsl.registry import engine_notes, headline_of, load_methods
 
     reg = load_methods()
     click.echo("methods:")
     for name in reg.names():
         click.echo(f"  {name:24s} {reg.get(name).doc}")
-    click.echo("engines:")
-    for name in ENGINES.names():
-        click.echo(f"  {name}")
+        heads = headline_of(name)
+        if heads:
+            click.echo(f"  {'':24s} reports: " + ", ".join(h.label for h in heads))
+    click.echo("engines (--engine NAME):")
+    for name, note in engine_notes().items():
+        click.echo(f"  {name:24s} {note}")
 
 
 def _discover() -> None:

@@ -6,28 +6,18 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
 from fednsl.cli.errors import BadInput
-from rules.explain import explain as explain_pair
-from rules.fol import RelationVocab, Rule, RuleSyntaxError, format_rules, parse_rules
-from rules.formats import (
-    ScoredRule,
-    format_amie,
-    format_anyburl,
-    format_logire_json,
-    format_rnnlogic,
-    load_relation_names,
-    parse_amie,
-    parse_anyburl,
-    parse_logire_json,
-    parse_rnnlogic,
-)
-from rules.store import RuleRow, RuleStore
+
+if TYPE_CHECKING:  # the rule layer (numpy, scipy; torch for explain) loads when a subcommand runs, not for --help
+    from rules.fol import RelationVocab
+    from rules.formats import ScoredRule
+    from rules.store import RuleRow, RuleStore
 
 RUN_DIR = click.Path(exists=True, file_okay=True, dir_okay=True, path_type=Path)
 RULE_FORMATS = ("golden", "anyburl", "amie", "rnnlogic", "logire")
@@ -38,6 +28,8 @@ OUT_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 def _load(run_dir: Path) -> RuleStore:
+    from rules.store import RuleStore
+
     try:
         return RuleStore.load(run_dir)
     except (FileNotFoundError, ValueError) as err:
@@ -126,6 +118,8 @@ def _rows_tsv(rows: list[RuleRow]) -> str:
 )
 def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str) -> None:
     """List the stored rules per triple, most probable first."""
+    from rules.fol import RuleSyntaxError
+
     store = _load(run_dir)
     try:
         if client is not None and client not in store.clients:
@@ -161,6 +155,9 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
 @click.option("--head", "head", default=None, help="Only rules with this head relation (name or id).")
 def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
     """Export the learned rules for other rule engines (entity types merged: counts summed over triples)."""
+    from rules.fol import RuleSyntaxError, format_rules
+    from rules.formats import format_amie, format_anyburl, format_rnnlogic
+
     store = _load(run_dir)
     try:
         if fmt == "json":
@@ -172,11 +169,14 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
             click.echo(f"note: left out {skipped} identity (all-stay) bodies, which are not chain rules", err=True)
         if fmt in ("anyburl", "amie") and any(s.support is None for s in scored):
             click.echo(
-                "note: some rules have no confidence counts (RuleStore.compute_counts adds them); "
+                f"note: some rules have no confidence counts (`fednsl rules counts {run_dir}` adds them); "
                 + ("they are written without the count columns" if fmt == "anyburl" else "their measures read nan"),
                 err=True,
             )
         if fmt == "anyburl":
+            # a body that never holds predicts nothing: confidence 0 (as AnyBURL scores it), not 0/0 = nan,
+            # which AnyBURL's reader (Java's Double.parseDouble) refuses
+            scored = [replace(s, confidence=0.0) if s.body_size == 0 else s for s in scored]
             text = format_anyburl(scored, store.vocab)
         elif fmt == "amie":
             text = format_amie(scored, store.vocab)
@@ -187,6 +187,40 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
     except (ValueError, RuleSyntaxError) as err:
         raise click.ClickException(str(err)) from err
     _write(text, out)
+
+
+# --- counts -----------------------------------------------------------------------------------
+
+
+@command.command("counts")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--recount", is_flag=True, help="Recount every triple (default: only the triples that have no counts yet)."
+)
+def counts(run_dir: Path, recount: bool) -> None:
+    """Add AMIE confidence counts (support, body size, PCA body size, head size) to RUN_DIR/rules.json.
+
+    Each client's training documents are rebuilt from RUN_DIR/config.yaml (corpus and client split only, no
+    backbone) and counted locally; the counts are summed. `fednsl train` does this at the end of a run; use this
+    for runs made before it did. Afterwards `rules list` shows confidences and `rules export --format
+    anyburl|amie` writes the count columns.
+    """
+    from fednsl.config import load_config
+    from fednsl.rule_counts import count_rules
+
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise BadInput(f"{config_path} not found: counting needs the run's config (written by `fednsl train`)")
+    if not (run_dir / "rules.json").is_file():
+        raise BadInput(f"{run_dir / 'rules.json'} not found: not the run of a rule-learning method")
+    try:
+        report = count_rules(run_dir, load_config(str(config_path)), recount=recount)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        raise BadInput(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from err
+    assert report is not None  # rules.json exists
+    click.echo(report.line())
+    if report.source == "computed":
+        click.echo(f"wrote {run_dir / 'rules.json'} and {run_dir / 'rules.tsv'}")
 
 
 # --- diff -------------------------------------------------------------------------------------
@@ -240,6 +274,8 @@ def diff(run_dir: Path, clients: tuple[str, ...], by: str, top: int, head: str |
 
 
 def _npz(path: Path) -> dict[str, Any]:
+    import numpy as np
+
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
@@ -286,6 +322,9 @@ def explain(
     fmt: str,
 ) -> None:
     """Which rule bodies and entity paths support HEAD(H, T) in one document (--values FILE or --doc DOC)."""
+    from rules.explain import explain as explain_pair
+    from rules.fol import RuleSyntaxError
+
     store = _load(run_dir)
     if (values_path is None) == (doc_id is None):
         raise click.ClickException("give exactly one of --values FILE.npz or --doc DOC")
@@ -342,6 +381,9 @@ def explain(
 
 
 def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> list[ScoredRule]:
+    from rules.fol import parse_rules
+    from rules.formats import ScoredRule, parse_amie, parse_anyburl, parse_logire_json, parse_rnnlogic
+
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -360,7 +402,10 @@ def _read_rule_file(path: Path, vocab: RelationVocab, fmt: str, skip: bool) -> l
 
 
 def _render(items: list[ScoredRule], vocab: RelationVocab, fmt: str) -> str:
-    rules: list[Rule] = [s.rule for s in items]
+    from rules.fol import format_rules
+    from rules.formats import format_amie, format_anyburl, format_logire_json, format_rnnlogic
+
+    rules = [s.rule for s in items]
     if fmt == "golden":
         return format_rules(rules, vocab)
     if fmt == "anyburl":
@@ -389,6 +434,9 @@ _RELATIONS_HELP = (
 )
 def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | None, skip_unsupported: bool) -> None:
     """Convert a rule file between formats (errors name the line)."""
+    from rules.fol import RuleSyntaxError
+    from rules.formats import load_relation_names
+
     try:
         vocab = load_relation_names(relations)
         items = _read_rule_file(rule_file, vocab, src, skip_unsupported)
@@ -404,12 +452,15 @@ def convert(rule_file: Path, relations: Path, src: str, dst: str, out: Path | No
 @click.option("--from", "src", type=RULE_FORMAT, default="golden", show_default=True, help="Input format.")
 def check(rule_file: Path, relations: Path, src: str) -> None:
     """Parse a rule file and report how many rules it holds, or the first error with its line number."""
+    from rules.fol import RuleSyntaxError
+    from rules.formats import load_relation_names
+
     try:
         vocab = load_relation_names(relations)
         items = _read_rule_file(rule_file, vocab, src, False)
     except (RuleSyntaxError, ValueError) as err:
         raise BadInput(str(err)) from err  # a bad rule file: exit status 2
-    lengths = np.bincount([len(s.rule.body) for s in items], minlength=4)[1:]
+    lengths = [sum(len(s.rule.body) == k for s in items) for k in (1, 2, 3)]
     click.echo(
         f"{rule_file}: {len(items)} rules OK ({vocab.num_relations} relations; body lengths 1/2/3: "
         f"{lengths[0]}/{lengths[1]}/{lengths[2]})"

@@ -27,13 +27,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from fednsl.config import RunConfig
 from fednsl.federation import protocol
 from fednsl.federation.records import InvalidMessageError, Message
 from fednsl.federation.roles import Client, Metrics, Strategy
-from fednsl.federation.tracking import Checkpoints, MetricsLog
+from fednsl.federation.tracking import Checkpoints, MetricsLog, progress_bar, round_postfix
 from fednsl.federation.transport import Delivery, Transport
 from kg.seeding import derive_rng, derive_seed
 
@@ -151,10 +149,10 @@ class RoundLoop:
         try:
             start = self._resume() + 1
             rounds = self.cfg.rounds
-            bar = tqdm(
+            self._bar = bar = progress_bar(
                 range(start, rounds + 1),
-                desc=f"{self.cfg.method} rounds{self.label}",
-                disable=not self.progress,
+                desc=f"{self.cfg.name or self.cfg.method} rounds{self.label}",
+                enabled=self.progress,
                 initial=start - 1,
                 total=rounds,
                 unit="round",
@@ -165,7 +163,8 @@ class RoundLoop:
                 server = {**self.topology.server().evaluate(rnd), "round_time_s": time.perf_counter() - t0}
                 self.metrics.log(rnd, "server", "round", server)
                 self.ckpts.save(rnd, self._snapshot(rnd))
-                bar.set_postfix({k: f"{v:.4g}" for k, v in list(server.items())[:3]})
+                self._postfix = round_postfix(self.cfg.method, self.metrics.latest)
+                bar.set_postfix_str(self._postfix)
         finally:
             self.transport.close()
         self.fed.strategy = self.topology.server()
@@ -190,10 +189,22 @@ class RoundLoop:
         if self.hook:
             for cid, msg in outgoing.items():
                 self.hook("down", cid, msg)
-        for delivery in self.transport.dispatch(rnd, stage, outgoing, self.cfg.federation.client_timeout_s):
+        self._stage_progress(f"{stage} 0/{len(outgoing)} clients")
+        for k, delivery in enumerate(
+            self.transport.dispatch(rnd, stage, outgoing, self.cfg.federation.client_timeout_s), 1
+        ):
             if delivery.reply is not None and self.hook:
                 self.hook("up", delivery.client, delivery.reply)
+            self._stage_progress(f"{stage} {k}/{len(outgoing)} clients")
             yield delivery
+        self._stage_progress(f"{stage}: server aggregating")
+
+    def _stage_progress(self, text: str) -> None:
+        """Show the running stage on the round bar (so that a long first round is not silent)."""
+        bar = getattr(self, "_bar", None)
+        if bar is not None and not bar.disable:
+            postfix = getattr(self, "_postfix", "")
+            bar.set_postfix_str(text + (f" · {postfix}" if postfix else ""))
 
     def check(self, strategy: Strategy, stage: str, rnd: int, request: Message, delivery: Delivery) -> str | None:
         """None if the delivery is a valid reply to ``request``, else why it is not (names client and field)."""

@@ -1,13 +1,23 @@
-"""Metrics log (``metrics.jsonl`` wide rows + ``metrics.csv`` long rows) and checkpoints."""
+"""Metrics log (``metrics.jsonl`` wide rows + ``metrics.csv`` long rows), checkpoints, and progress bars.
+
+Progress bars (:func:`progress_bar`) show on a terminal only: never when stdout or stderr is not a TTY, never
+inside :func:`progress_disabled` (``fednsl train -q``), and each appears only once its step has run
+:data:`BAR_DELAY_S` seconds, so short steps print nothing. The round bar shows the method's headline metric
+(:func:`round_postfix`, declared in :data:`fednsl.registry.METHOD_TABLE`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import logging
+import math
 import os
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -34,11 +44,22 @@ class MetricsLog:
     def __init__(self, run_dir: Path):
         self.jsonl = run_dir / "metrics.jsonl"
         self.csv = run_dir / "metrics.csv"
+        self.latest: dict[str, dict[str, Any]] = {}  # stage → the newest server-scope metrics logged here
 
     def log(self, rnd: int, scope: str, stage: str, metrics: Mapping[str, MetricValue]) -> None:
         if not metrics:
             return
         row = {"round": rnd, "scope": scope, "stage": stage, **metrics}
+        if scope == "server":
+            self.latest[stage] = dict(metrics)
+            shown = {k: v for k, v in metrics.items() if not _bookkeeping(k)}
+            if shown:  # RUN_DIR/run.log (the pipeline's handler) gets the server's metrics of every stage
+                log.info("round %d %s: %s", rnd, stage, " ".join(f"{k}={_short(v)}" for k, v in shown.items()))
+        self._append(row)
+
+    def _append(self, row: Mapping[str, Any]) -> None:
+        rnd, scope, stage = row["round"], row["scope"], row["stage"]
+        metrics = {k: v for k, v in row.items() if k not in ("round", "scope", "stage")}
         with self.jsonl.open("a") as f:
             f.write(json.dumps(row) + "\n")
         new = not self.csv.exists()
@@ -86,8 +107,72 @@ class MetricsLog:
             if path.exists():
                 path.unlink()
         for r in rows:
-            meta = {k: r[k] for k in ("round", "scope", "stage")}
-            self.log(meta["round"], meta["scope"], meta["stage"], {k: v for k, v in r.items() if k not in meta})
+            self._append(r)
+
+
+def _bookkeeping(name: str) -> bool:
+    return name.endswith(("time_s", "bytes_down", "bytes_up", "replies", "dropped", "aborted"))
+
+
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+# -- progress bars ---------------------------------------------------------------------------------------------
+BAR_DELAY_S = 2.0  # a bar appears only once its step has run this long
+_DISABLED = [0]  # > 0 inside progress_disabled()
+
+
+@contextlib.contextmanager
+def progress_disabled(disabled: bool = True) -> Iterator[None]:
+    """No progress bars inside (``fednsl train -q``); nests."""
+    _DISABLED[0] += int(disabled)
+    try:
+        yield
+    finally:
+        _DISABLED[0] -= int(disabled)
+
+
+def progress_enabled() -> bool:
+    """Whether bars may show now: not disabled, and both stdout and stderr are terminals."""
+    if _DISABLED[0]:
+        return False
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
+
+
+def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True, **kwargs: Any) -> Any:
+    """A tqdm bar on stderr (a silent one unless ``enabled`` and :func:`progress_enabled`); ``kwargs`` go to tqdm."""
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("delay", BAR_DELAY_S)
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(iterable, disable=not (enabled and progress_enabled()), **kwargs)
+
+
+def round_postfix(method: str, latest: Mapping[str, Mapping[str, Any]]) -> str:
+    """The round bar's text: the method's headline metric(s) from the newest server metrics (``stage/name``
+    keys of :data:`fednsl.registry.METHOD_TABLE`), else the newest losses; "" before any is known."""
+    from fednsl.registry import headline_of
+
+    parts = []
+    for h in headline_of(method):
+        stage, _, name = h.metric.rpartition("/")
+        value = latest.get(stage, {}).get(name) if stage else None
+        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+            ref = ""
+            if h.reference and "/" in h.reference and not h.reference.startswith("config:"):
+                rstage, _, rname = h.reference.rpartition("/")
+                rv = latest.get(rstage, {}).get(rname)
+                if isinstance(rv, (int, float)):
+                    ref = f" ({h.reference_label + ' ' if h.reference_label else ''}{rv:.3g})"
+            parts.append(f"{h.label} {value:.3g}{ref}")
+    if not parts:
+        for metrics in latest.values():
+            parts += [f"{k} {v:.3g}" for k, v in metrics.items() if k.endswith("loss") and isinstance(v, float)]
+    return " · ".join(parts[:3])
 
 
 def select(

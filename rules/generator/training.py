@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from kg.seeding import seeded_global_rng
+from rules import progress
 from rules.generator.config import GeneratorConfig
 from rules.generator.constraints import TypeConstraints
 from rules.generator.masks import _Validity, check_bodies
@@ -101,9 +102,13 @@ def train_generator(
     was_training = model.training
     model.train()
     fork_devices = [device] if device.type == "cuda" else []
+    steps = epochs * -(-samples_per_epoch // batch_size)
     try:
-        with seeded_global_rng(_seed_from(generator), fork_devices):
-            for _ in range(epochs):
+        with (
+            seeded_global_rng(_seed_from(generator), fork_devices),
+            progress.bar(steps, "rule generator", "batch") as pb,
+        ):
+            for epoch in range(epochs):
                 idx = _multinomial(probs, samples_per_epoch, generator).to(device)
                 total, batches = 0.0, 0
                 for start in range(0, samples_per_epoch, batch_size):
@@ -114,6 +119,8 @@ def train_generator(
                     opt.step()
                     total += float(loss.detach())
                     batches += 1
+                    pb.update(1)
+                    pb.set_postfix_str(f"epoch {epoch + 1}/{epochs} loss {total / batches:.3f}", refresh=False)
                 losses.append(total / max(batches, 1))
                 sched.step()
     finally:

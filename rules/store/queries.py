@@ -52,6 +52,10 @@ class QueryMixin(StoreBase):
                 )
         return out
 
+    def missing_counts(self) -> list[Triple]:
+        """Triples without confidence counts (neither global nor from any client), sorted by name."""
+        return [t for t in self.find_triples() if self.triples[t].global_counts() is None]
+
     def head_distribution(self, client: ClientId | int, head: int) -> dict[tuple[int, ...], float] | None:
         """A client's posterior over stay-free bodies of one head relation, its triples merged with weights
         #instances (equal weights when none reported); None when the client has no triple of ``head``."""

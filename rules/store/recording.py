@@ -120,6 +120,42 @@ class RecordingMixin(StoreBase):
             )
             self.set_counts(t, counts, client)
 
+    def count_clients(
+        self,
+        docs_by_client: Mapping[ClientId | int, Iterable[Any]],
+        *,
+        by_type: bool = True,
+        triples: Iterable[Sequence[int]] | None = None,
+    ) -> dict[str, int]:
+        """AMIE counts of every triple's bodies on each client's own documents (a federated count: each client
+        counts locally, counts are additive). A client's counts are stored in its record where it has one for the
+        triple; the triple's global counts are set to the sum over *all* clients (also those without a record),
+        so they equal :meth:`compute_counts` on the union of the documents.
+
+        Returns ``{"triples", "clients", "documents", "rules"}`` counted. ``by_type``: see :meth:`compute_counts`.
+        """
+        docs = {str(c): list(d) for c, d in docs_by_client.items()}
+        keys = [self._check_triple(t) for t in triples] if triples is not None else list(self.triples)
+        rules = 0
+        for t in keys:
+            rec = self._record(t)
+            total: RuleCounts | None = None
+            for cid, cdocs in docs.items():
+                counts = count_bodies(
+                    t[0], rec.bodies, cdocs, len(self.relations), pair_types=(t[1], t[2]) if by_type else None
+                )
+                if cid in rec.clients:
+                    rec.clients[cid].counts = counts
+                total = counts if total is None else total + counts
+            rec.counts = total if total is not None else RuleCounts.zeros(rec.num_bodies)
+            rules += rec.num_bodies
+        return {
+            "triples": len(keys),
+            "clients": len(docs),
+            "documents": sum(len(d) for d in docs.values()),
+            "rules": rules,
+        }
+
     def record_round(
         self,
         round: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,12 +156,19 @@ class SerialiseMixin(StoreBase):
         return "".join("\t".join(line[i] for i in keep) + "\n" for line in [header, *table])
 
     def save(self, run_dir: str | Path) -> tuple[Path, Path]:
-        """Write ``run_dir/rules.json`` and ``run_dir/rules.tsv``; returns both paths."""
+        """Write ``run_dir/rules.json`` and ``run_dir/rules.tsv``; returns both paths.
+
+        Each file is written to a temporary name first and renamed, so an interrupted save (or one that fails
+        while formatting) leaves the previous files whole.
+        """
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         jpath, tpath = run_dir / "rules.json", run_dir / "rules.tsv"
-        jpath.write_text(self.to_json_text(), encoding="utf-8")
-        tpath.write_text(self.to_tsv(), encoding="utf-8")
+        texts = {jpath: self.to_json_text(), tpath: self.to_tsv()}
+        for path, text in texts.items():
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
         return jpath, tpath
 
     @classmethod

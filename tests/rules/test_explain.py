@@ -114,6 +114,17 @@ def test_explain_errors(small_store: RuleStore) -> None:
         explain(x, small_store, "lives_in", (0, 3), client=0)
 
 
+def test_explain_errors_name_the_entity_types(small_store: RuleStore) -> None:
+    """Types read as names (as the store names its triples), however they were given or looked up."""
+    x, types = _doc_values()
+    with pytest.raises(ValueError, match=r"lives_in with types person->person; triples of this head"):
+        explain(x, small_store, "lives_in", (0, 1), entity_types=types)  # ids looked up from the document
+    with pytest.raises(ValueError, match=r"lives_in with types person->person; triples"):
+        explain(x, small_store, "lives_in", (0, 1), types=(0, "person"))
+    with pytest.raises(ValueError, match=r"client '0' has no posterior .* lives_in with types any$"):
+        explain(x, small_store, "lives_in", (0, 3), client=0)
+
+
 def test_explain_on_fresh_store_with_type_names() -> None:
     store = RuleStore(RELATIONS, TYPES)
     store.add_triple((3, 0, 1), [[3]], [1.0])

@@ -261,3 +261,50 @@ def test_store_without_types() -> None:
 
 def test_fixture_is_deterministic() -> None:
     assert build_store().to_json() == build_store().to_json()
+
+
+# --- counts per client, missing counts, atomic save (fednsl rules counts) ----------------------------
+
+
+def test_count_clients_sums_local_counts_to_the_union() -> None:
+    """Each client counts its own documents; the global counts equal one count on the union of all documents
+    (also documents of a client without a record of the triple), and each recorded client keeps its own."""
+    store = build_store()
+    docs = random_docs(3, n_docs=6)
+    parts = {"0": docs[:2], "1": docs[2:4], "9": docs[4:]}  # client "9" holds no posterior of any triple
+    R = store.vocab.num_relations
+    report = store.count_clients(parts)
+    assert report == {"triples": 3, "clients": 3, "documents": 6, "rules": sum(r.num_bodies for r in store.triples.values())}
+    for t, rec in store.triples.items():
+        union = count_bodies(t[0], rec.bodies, docs, R, pair_types=(t[1], t[2]))
+        assert rec.counts is not None and rec.counts.to_dict() == union.to_dict()
+        for cid, crec in rec.clients.items():
+            own = count_bodies(t[0], rec.bodies, parts[cid], R, pair_types=(t[1], t[2]))
+            assert crec.counts is not None and crec.counts.to_dict() == own.to_dict()
+    assert store.missing_counts() == []
+
+
+def test_missing_counts_and_counting_only_those() -> None:
+    store = RuleStore(RELATIONS, TYPES)
+    S = store.vocab.stay
+    store.add_triple((0, 0, 0), [[1, S, S]], [1.0])
+    store.add_triple((1, 0, 0), [[0, S, S]], [1.0])
+    assert set(store.missing_counts()) == {(0, 0, 0), (1, 0, 0)}
+    store.count_clients({"a": random_docs(0, n_docs=2)}, triples=[(1, 0, 0)])
+    assert store.missing_counts() == [(0, 0, 0)]
+
+
+def test_save_is_atomic(tmp_path, small_store: RuleStore, monkeypatch) -> None:
+    """A save that fails while formatting leaves the earlier files whole (no torn rules.json)."""
+    small_store.save(tmp_path)
+    before = (tmp_path / "rules.json").read_text(), (tmp_path / "rules.tsv").read_text()
+
+    def broken(self: RuleStore) -> str:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(RuleStore, "to_tsv", broken)
+    small_store.meta["changed"] = True
+    with pytest.raises(RuntimeError):
+        small_store.save(tmp_path)
+    assert ((tmp_path / "rules.json").read_text(), (tmp_path / "rules.tsv").read_text()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rules.json", "rules.tsv"]

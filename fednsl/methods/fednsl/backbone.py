@@ -337,7 +337,7 @@ class FederatedFeatures(Backbone):
         run_dir.mkdir(parents=True, exist_ok=True)
         log.info("backbone: FedAvg pre-training, %d rounds over %d clients", opts.rounds, len(clients))
         result = InProcessRunner(
-            Federation(strategy, dict(clients)), cfg, run_dir, progress=False, message_hook=self.message_hook
+            Federation(strategy, dict(clients)), cfg, run_dir, progress=True, message_hook=self.message_hook
         ).run()
         losses = [
             r["train_loss"]

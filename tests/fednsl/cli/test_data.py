@@ -46,6 +46,8 @@ def test_prepare_synthetic_and_import_text(tmp_path: Path) -> None:
     out = _run("import-text", str(tmp_path / "t.txt"), "--entities", str(tmp_path / "e.tsv"), "--out",
                str(tmp_path / "txt"), "--relations", "lives_in,in0", "--split", "test")
     assert "imported 1 documents, 2 entities, 3 mentions" in out
+    assert f"fednsl train fednsl_dwie --set data.path={tmp_path / 'txt'} --set data.num_clients=1" in out
+    assert f"check them: fednsl data info {tmp_path / 'txt'}" in out and "very few" in out
     items = json.loads((tmp_path / "txt" / "test.json").read_text())
     assert [len(v) for v in items[0]["vertexSet"]] == [1, 2]
     # the user fills a label, the reader checks it against meta/rel2id.json
@@ -86,3 +88,20 @@ def test_prepare_dwie_from_folder(tmp_path: Path) -> None:
 def test_prepare_dwie_needs_from(tmp_path: Path) -> None:
     result = CliRunner().invoke(command, ["prepare", "dwie", "--out", str(tmp_path)])
     assert result.exit_code != 0 and "--from" in result.output
+
+
+def test_a_small_import_says_which_setting_to_change(tmp_path: Path) -> None:
+    """Training on two imported documents with the default four clients: one line naming the setting to change."""
+    from fednsl.cli.main import cli
+
+    (tmp_path / "t.txt").write_text("Angela Merkel visited Berlin.")
+    (tmp_path / "u.txt").write_text("Olaf Scholz lives in Hamburg.")
+    (tmp_path / "e.tsv").write_text("Angela Merkel\tperson\nBerlin\tlocation\nOlaf Scholz\tperson\nHamburg\tlocation\n")
+    _run("import-text", str(tmp_path / "t.txt"), str(tmp_path / "u.txt"), "--entities", str(tmp_path / "e.tsv"),
+         "--out", str(tmp_path / "txt"), "--relations", "lives_in")
+    res = CliRunner().invoke(cli, ["train", "fednsl_dwie", "--set", f"data.path={tmp_path / 'txt'}",
+                                   "--set", "data.golden_rules=none", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        "Error: 2 eligible documents (with entities; 0 excluded) cannot be split over 4 clients: "
+        "set num_clients to at most 2 or add documents")
