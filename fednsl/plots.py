@@ -235,7 +235,7 @@ def link_prediction_spec(keys: Iterable[str]) -> PlotSpec | None:
     def panel(title: str, group: list[str], ylabel: str) -> Panel:
         return Panel(title, tuple(Series(k, k, "method" if i == 0 else "variant") for i, k in enumerate(group)), ylabel)
 
-    panels = (panel("Mean reciprocal rank (higher is better)", mrr, "MRR"),)
+    panels: tuple[Panel, ...] = (panel("Mean reciprocal rank (higher is better)", mrr, "MRR"),)
     if hits:
         panels += (panel("Hits@k (higher is better)", hits, "hits"),)
     return PlotSpec("link_prediction", "Link prediction: ranking quality over rounds", panels)

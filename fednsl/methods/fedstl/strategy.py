@@ -325,7 +325,7 @@ class FedSTLStrategy(TSStrategy):
         ev = getattr(self, "_last_eval", {})
         naive = {k: ev[k] for k in ("naive_mean_mse", "naive_last_mse") if k in ev}
         if "mse" in ev and naive:
-            best = min(naive, key=naive.get)
+            best = min(naive, key=lambda k: naive[k])
             rows = {k: ev[k] for k in ("mse", "s_mse", "t_mse") if k in ev}
             verdict = "beats" if min(rows.values()) < naive[best] else "does not beat"
             notes.append(

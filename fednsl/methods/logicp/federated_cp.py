@@ -391,7 +391,7 @@ class ClusterConformal:
             achieved,
             [x["coverage"] for x in r],
             [x["level_sd"] for x in r],
-            [per[k] for k in ks],  # type: ignore[index]
+            [per[k] for k in ks],
         )
 
     def conformal_summary(self) -> list[dict[str, Any]]:
