@@ -54,7 +54,7 @@ from kg.backbones.memory import DEFAULT_LIMIT_GB, FLOAT_BYTES, check_documents, 
 from kg.backbones.text_features import PAIR_FEATURES, DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
 from kg.seeding import seeded_global_rng
-from kg.split import query_mask
+from kg.split import Combo, query_mask
 
 __all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs", "POS_WEIGHTS", "positive_weights"]
 
@@ -425,15 +425,14 @@ class FederatedFeatures(Backbone):
             )
         return self.model.document_logits(self.features[doc.doc_id]).numpy().astype(np.float32)
 
-    def calibration_cells(self, client: ClientDocs) -> tuple[np.ndarray, np.ndarray]:
-        """Logits (M, R) and labels (M, R) of the seen-combo pairs of ``client``'s hold-out documents (held-out
-        *training* documents; test documents are never used)."""
+    def cells(self, docs: Sequence[Document], combo: Combo) -> tuple[np.ndarray, np.ndarray]:
+        """Logits (M, R) and gold labels (M, R) of the ``combo`` pairs (``kg.split.query_mask``) of ``docs``."""
         R = self.model.pair[-1].out_features if self.model is not None else 0
         zs, ys = [np.zeros((0, R), np.float32)], [np.zeros((0, R), np.float32)]
-        for doc in client.holdout:
+        for doc in docs:
             if doc.num_entities == 0:
                 continue
-            mask = query_mask(doc, client.combo)
+            mask = query_mask(doc, combo)
             z = self.logits(doc)
             y = np.zeros(z.shape, dtype=np.float32)
             if doc.num_facts:
@@ -442,6 +441,11 @@ class FederatedFeatures(Backbone):
             zs.append(z[mask])
             ys.append(y[mask])
         return np.concatenate(zs), np.concatenate(ys)
+
+    def calibration_cells(self, client: ClientDocs) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`cells` of the seen-combo pairs of ``client``'s hold-out documents (held-out *training*
+        documents; test documents are never used)."""
+        return self.cells(client.holdout, client.combo)
 
     def fit_calibration(
         self, client: ClientDocs, method: str, relation_names: Sequence[str] | None = None, min_positives: int = 3
