@@ -60,6 +60,7 @@ __all__ = [
     "published_logits",
     "kl_prior",
     "posterior_log_prior",
+    "scorer_objective",
 ]
 
 
@@ -206,33 +207,12 @@ def fit_scorer(
         inst.y.to(dtype),
         None if inst.weight is None else inst.weight.to(dtype),
     )
-    prior = kl_prior(rules, opts).to(dtype)
     maskf = mask.to(dtype)
-    cell_share = (n_per / n_per.sum().clamp_min(1e-12)).to(dtype)  # n_t / Σ n: the KL on the BCE's scale
     params = [w, u, b] if opts.pass_through else [w, b]
-    use_kl = opts.kl_weight > 0
     lbfgs = opts.optimizer == "lbfgs"
 
     def objective() -> torch.Tensor:
-        wm = w * maskf
-        bce = _bce(_logits(inst, wm, u, b, opts.pass_through), inst.y, inst.weight)
-        loss = bce
-        kl_val = torch.zeros((), dtype=dtype)
-        if use_kl:
-            q, n_post = posterior_of(inst, rules, wm, b, opts)
-            active = n_post > 0
-            if bool(active.any()):
-                kl_t = kl_divergence(q, prior, mask, opts.kl_direction)
-                if opts.kl_scale == "per_cell":
-                    kl_val = (kl_t * torch.where(active, cell_share, torch.zeros_like(cell_share))).sum()
-                elif opts.kl_scale == "per_triple":
-                    kl_val = kl_t[active].mean()
-                else:
-                    raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
-                loss = bce + opts.kl_weight * kl_val
-        if lbfgs and opts.weight_decay > 0:
-            reg = (wm**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
-            loss = loss + 0.5 * opts.weight_decay * reg
+        loss, bce, kl_val = scorer_objective(inst, rules, w * maskf, u, b, opts, l2=lbfgs)
         history["loss"].append(float(loss.detach()))
         history["bce"].append(float(bce.detach()))
         history["kl"].append(float(kl_val.detach()))
@@ -273,6 +253,42 @@ def fit_scorer(
     return FittedScorer(
         (w * maskf).detach(), u.detach(), b.detach(), fitted, history, iterations=iterations, converged=converged
     )
+
+
+def scorer_objective(
+    inst: Instances,
+    rules: RuleSet,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    b: torch.Tensor,
+    opts: ScorerOptions,
+    l2: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, BCE, KL term) of the client fit (module docstring): BCE mean over cells + λ·KL on the
+    ``kl_scale`` (per_cell: Σ_t n_t KL_t / Σ_t n_t) + ½ δ (‖w‖² + ‖u‖²) when ``l2`` (L-BFGS; Adam applies δ as
+    its own weight decay). ``w`` (T, J) masked weights, ``u`` (T,), ``b`` (T,); differentiable."""
+    dtype = w.dtype
+    bce = _bce(_logits(inst, w, u, b, opts.pass_through), inst.y, inst.weight)
+    loss = bce
+    kl_val = torch.zeros((), dtype=dtype)
+    if opts.kl_weight > 0:
+        q, n_post = posterior_of(inst, rules, w, b, opts)
+        active = n_post > 0
+        if bool(active.any()):
+            kl_t = kl_divergence(q, kl_prior(rules, opts).to(dtype), rules.mask, opts.kl_direction)
+            if opts.kl_scale == "per_cell":
+                n_per = inst.counts_per_triple(rules.num_triples).to(dtype)
+                share = n_per / n_per.sum().clamp_min(1e-12)
+                kl_val = (kl_t * torch.where(active, share, torch.zeros_like(share))).sum()
+            elif opts.kl_scale == "per_triple":
+                kl_val = kl_t[active].mean()
+            else:
+                raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
+            loss = bce + opts.kl_weight * kl_val
+    if l2 and opts.weight_decay > 0:
+        reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
+        loss = loss + 0.5 * opts.weight_decay * reg
+    return loss, bce, kl_val
 
 
 @dataclass
