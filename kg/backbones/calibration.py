@@ -12,9 +12,10 @@ its own held-out *training* documents (never test documents), one map per relati
   p = σ(a z + b);
 - ``none``: identity, p = σ(z).
 
-Fallback: a relation with fewer than ``min_positives`` positive or no negative calibration cell has no map of
-its own; it uses the client's pooled map (one map fitted on all relations' cells together), or σ(z) when the
-pooled cells also lack a positive or a negative. The fallbacks are listed on one log line per client.
+Fallback: a relation with fewer than ``min_positives`` positive or no negative calibration cell (or whose Platt
+slope is ≤ 0, i.e. a map that would reverse the ranking) has no map of its own; it uses the client's pooled map
+(one map fitted on all relations' cells together), or σ(z) when the pooled cells also lack a positive or a
+negative or give a decreasing map. The fallbacks are listed on one log line per client.
 
 Measures: :func:`expected_calibration_error` (equal-width bins, the bins of
 :func:`sklearn.calibration.calibration_curve` with ``strategy="uniform"``) and
@@ -50,7 +51,10 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def _fit_map(method: str, z: np.ndarray, y: np.ndarray) -> Any:
-    """One sklearn map from logits z (M,) to P(y = 1); y (M,) in {0, 1} with both classes present."""
+    """One sklearn map from logits z (M,) to P(y = 1); y (M,) in {0, 1} with both classes present.
+
+    None when a Platt fit has a non-positive slope (the scores rank the cells backwards on this set): a
+    calibration map must keep the backbone's ranking, so such a relation falls back too."""
     if method == "isotonic":
         from sklearn.isotonic import IsotonicRegression
 
@@ -58,7 +62,8 @@ def _fit_map(method: str, z: np.ndarray, y: np.ndarray) -> Any:
     from sklearn.linear_model import LogisticRegression
 
     # Platt scaling: a nearly unregularised 1-feature logistic regression (C large); lbfgs is deterministic.
-    return LogisticRegression(C=1e4, max_iter=1000).fit(z.reshape(-1, 1), y.astype(np.int64))
+    model = LogisticRegression(C=1e4, max_iter=1000).fit(z.reshape(-1, 1), y.astype(np.int64))
+    return model if float(model.coef_[0, 0]) > 0 else None
 
 
 def _apply_map(model: Any, z: np.ndarray) -> np.ndarray:
@@ -141,10 +146,9 @@ def fit_relation_calibrator(
     maps: list[Any] = []
     fallback: list[int] = []
     for r in range(R):
-        if pos[r] >= max(int(min_positives), 1) and neg[r] >= 1:
-            maps.append(_fit_map(method, z[:, r], y[:, r]))
-        else:
-            maps.append(None)
+        model = _fit_map(method, z[:, r], y[:, r]) if pos[r] >= max(int(min_positives), 1) and neg[r] >= 1 else None
+        maps.append(model)
+        if model is None:
             fallback.append(r)
     pooled = None
     if fallback:
@@ -152,9 +156,10 @@ def fit_relation_calibrator(
             pooled = _fit_map(method, z.ravel(), y.ravel())
         names = relation_names or [str(r) for r in range(R)]
         listed = ", ".join(f"{names[r]} (pos {counts[r][0]}, neg {counts[r][1]})" for r in fallback)
-        target = "the client's pooled map" if pooled is not None else "σ(logit) (no pooled positives/negatives)"
+        target = "the client's pooled map" if pooled is not None else "σ(logit) (no usable pooled map)"
         log.warning(
-            "%s: %d of %d relation(s) have < %d positive or no negative calibration cell of %d; they use %s: %s",
+            "%s: %d of %d relation(s) have < %d positive or no negative calibration cell of %d (or a decreasing "
+            "Platt fit); they use %s: %s",
             where, len(fallback), R, max(int(min_positives), 1), z.shape[0], target, listed,
         )
     return RelationCalibrator(method, maps, pooled, counts, fallback)

@@ -128,3 +128,12 @@ def test_calibration_lowers_ece_of_a_miscalibrated_score() -> None:
         after_ece = expected_calibration_error(y[10000:, r], after[:, r])
         assert after_ece < before_ece / 2, r
     assert isinstance(cal, RelationCalibrator) and cal.summary()["own_maps"] == 3
+
+
+def test_decreasing_platt_fit_falls_back_instead_of_reversing_the_ranking() -> None:
+    z, y, _ = _cells()
+    y[:, 1] = (z[:, 1] < -2).astype(np.float32)  # relation 1: positives at the *lowest* logits
+    cal = fit_relation_calibrator(z, y, "sigmoid", where="client c3")
+    assert cal.fallback == [1] and cal.maps[0] is not None and cal.maps[1] is None
+    grid = np.linspace(-5, 5, 21)[:, None].repeat(3, 1)
+    assert (np.diff(cal.predict(grid)[:, 1]) >= 0).all()
