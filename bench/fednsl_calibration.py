@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -172,48 +174,54 @@ def _mean(xs: list[float]) -> str:
     return f"{a.mean():.4g}" if len(a) == 1 else f"{a.mean():.4g} ± {a.std(ddof=1):.2g}"
 
 
+def seeds(rs: list[dict[str, Any]]) -> str:
+    return ",".join(str(r["split_seed"]) for r in sorted(rs, key=lambda r: r["split_seed"]))
+
+
 def render(runs: list[dict[str, Any]], command: str) -> str:
     lines = [
         "# FedNSL backbone calibration (DWIE)", "", f"Command: `{command}`", "",
-        f"Split seeds: {sorted({r['split_seed'] for r in runs})}; mean ± std over seeds. Calibration maps are fitted "
+        f"Split seeds: {sorted({r['split_seed'] for r in runs})}; mean ± std over the seeds listed in each row. "
+        "Calibration maps are fitted "
         "per client and relation on the seen-combo cells of the client's hold-out documents; 'none' = σ(logit).", "",
         "## Hold-out (selection; maps cross-fitted over 2 folds of hold-out documents)", "",
-        "| loss | calibration | micro AUC-PR | macro AUC-PR | micro ECE | macro ECE | Brier |",
-        "|---|---|---|---|---|---|---|",
+        "| loss | seeds | calibration | micro AUC-PR | macro AUC-PR | micro ECE | macro ECE | Brier |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     losses = sorted({r["pos_weight"] for r in runs}, key=lambda s: ("none", "sqrt", "balanced").index(s))
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
         for m in METHODS:
             h = [r["holdout_crossfit"][m] for r in rs]
-            lines.append(f"| {pw} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
+            lines.append(f"| {pw} | {seeds(rs)} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
                          ("micro_auc_pr", "macro_auc_pr", "micro_ece", "macro_ece", "brier")) + " |")
     lines += ["", "## Test documents (all clients, seen + unseen combo cells)", "",
-              "| loss | calibration | micro AUC-PR | macro AUC-PR | micro ECE | macro ECE | Brier | gold-edge median x "
+              "| loss | seeds | calibration | micro AUC-PR | macro AUC-PR | micro ECE | macro ECE | Brier | gold-edge median x "
               "| non-edge 99th pct x | gold edges with x ≥ 0.5 |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
         for m in METHODS:
             h = [r["test"][m] for r in rs]
-            lines.append(f"| {pw} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
+            lines.append(f"| {pw} | {seeds(rs)} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
                          ("micro_auc_pr", "macro_auc_pr", "micro_ece", "macro_ece", "brier", "gold_median",
                           "nonedge_p99", "gold_above_0.5")) + " |")
     lines += ["", "## Unseen-combo F1 of the backbone alone (mean over clients), threshold transfer", "",
-              "| loss | calibration | own hold-out θ | oracle θ | gap | at θ = 0.5 | seen F1 (own θ) |",
-              "|---|---|---|---|---|---|---|"]
+              "| loss | seeds | calibration | own hold-out θ | oracle θ | gap | at θ = 0.5 | seen F1 (own θ) |",
+              "|---|---|---|---|---|---|---|---|"]
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
         for m in METHODS:
             def cm(key: str, rs=rs, m=m) -> list[float]:
                 return [float(np.mean([c[m][key] for c in r["clients"].values()])) for r in rs]
             own, orc = cm("unseen_f1_own"), cm("unseen_f1_oracle")
-            lines.append(f"| {pw} | {m} | {_mean(own)} | {_mean(orc)} | {_mean(list(np.subtract(orc, own)))} | "
+            lines.append(f"| {pw} | {seeds(rs)} | {m} | {_mean(own)} | {_mean(orc)} | {_mean(list(np.subtract(orc, own)))} | "
                          f"{_mean(cm('unseen_f1_at_0.5'))} | {_mean(cm('seen_f1_own'))} |")
     lines += ["", "## Round-0 mining (`mining_edges: backbone`, threshold "
               f"{runs[0]['mining_threshold']}), per client, first split seed", "",
-              "| loss | calibration | client (combo) | cross-combo edges | length-2 bodies | golden found / relevant |",
-              "|---|---|---|---|---|---|"]
+              "| loss | calibration | client (combo) | cross-combo edges | length-2 bodies | golden found / relevant "
+              "| length-2 golden found / relevant |",
+              "|---|---|---|---|---|---|---|"]
     first = min(r["split_seed"] for r in runs)
     for pw in losses:
         r = next(x for x in runs if x["pos_weight"] == pw and x["split_seed"] == first)
@@ -221,7 +229,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
             for cid, c in r["clients"].items():
                 g = c[m]["mining"]
                 lines.append(f"| {pw} | {m} | {cid} ({c['combo']}) | {g['cross_combo_edges']} | {g['bodies_len2']} | "
-                             f"{g['golden_found']} / {g['golden_relevant']} |")
+                             f"{g['golden_found']} / {g['golden_relevant']} | {g['golden_len2_found']} / {g['golden_len2_relevant']} |")
     lines += ["", "## Per relation (first split seed; relations with ≥ 20 test positives): AUC-PR / ECE", "",
               "| relation | test pos | " + " | ".join(f"{pw}/{m}" for pw in losses for m in METHODS) + " |",
               "|---|---|" + "---|" * (len(losses) * len(METHODS))]
@@ -248,9 +256,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--losses", nargs="+", default=["none", "sqrt"], help="backbone pos_weight values")
     ap.add_argument("--min-positives", type=int, default=3, help="calibration_min_positives")
     ap.add_argument("--name", default="fednsl_calibration", help="result file stem under bench/results")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="only combine the runs of earlier result files (e.g. one per split seed) into --name")
     args = ap.parse_args(argv)
-    command = "python -m bench.fednsl_calibration " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    command = "python -m bench.fednsl_calibration " + " ".join(argv if argv is not None else sys.argv[1:])
     runs = []
+    if args.merge:
+        commands = []
+        for path in args.merge:
+            blob = json.loads(path.read_text())
+            runs += blob["runs"]
+            commands.append(blob["command"])
+        md = render(runs, " ; ".join(commands))
+        write_result(args.name, {"command": " ; ".join(commands), "merged_from": [str(p) for p in args.merge],
+                                 "runs": runs})
+        (RESULTS / f"{args.name}.md").write_text(md)
+        print(md)
+        return {"runs": runs}
     for s in args.split_seeds:
         for pw in args.losses:
             t0 = time.perf_counter()

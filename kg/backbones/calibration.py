@@ -99,6 +99,8 @@ class RelationCalibrator:
             raise ValueError(f"calibrator: logits have {z.shape[-1]} relations, expected {self.num_relations}")
         flat = z.reshape(-1, self.num_relations)
         out = np.empty_like(flat)
+        if flat.shape[0] == 0:
+            return out.astype(np.float32).reshape(z.shape)
         if self.method == "none":
             out = sigmoid(flat)
         else:

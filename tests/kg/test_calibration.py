@@ -61,6 +61,7 @@ def test_outputs_are_probabilities_and_monotone_in_the_logit() -> None:
         assert (np.diff(p, axis=0) >= -1e-7).all(), method
         x = fit_relation_calibrator(z, y, method).predict(z.reshape(40, 100, 3))
         assert x.shape == (40, 100, 3)
+        assert fit_relation_calibrator(z, y, method).predict(np.zeros((0, 0, 3))).shape == (0, 0, 3)
 
 
 def test_relation_without_positive_falls_back_to_pooled_map_with_one_log_line(caplog) -> None:
