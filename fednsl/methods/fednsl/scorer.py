@@ -231,16 +231,20 @@ def fit_scorer(
             line_search_fn="strong_wolfe",
         )
 
+        # the tolerance applies to the summed-over-cells loss (the same minimiser): on the mean, a triple with
+        # n_t of M cells has gradients ~n_t/M and would meet any fixed tolerance at once
+        scale = float(n_per.sum())
+
         def closure() -> torch.Tensor:
             opt.zero_grad()
-            loss = objective()
+            loss = objective() * scale
             loss.backward()
             return loss
 
         opt.step(closure)
         iterations = int(opt.state[opt._params[0]].get("n_iter", 0))
         opt.zero_grad()
-        objective().backward()
+        (objective() * scale).backward()
         grads = [p.grad for p in params if p.grad is not None]
         converged = bool(max(float(g.abs().max()) for g in grads) <= opts.tol * 10) if grads else True
     elif opts.steps > 0:
