@@ -201,3 +201,23 @@ def test_published_logits_by_hand() -> None:
     ref = np.array([sum(w[t, j] * float(inst.phi[i, j]) for j in range(4)) + b[t]
                     for i, t in enumerate(inst.tri.tolist())])
     np.testing.assert_allclose(got, ref, atol=1e-12)
+
+
+def test_lbfgs_does_not_stop_early_on_a_small_triple() -> None:
+    """A triple with 30 of 3000 cells: on the mean loss its gradients are ~1 % of the others' and a fixed
+    tolerance used to stop the fit after a few iterations; the tolerance now applies to the summed loss."""
+    g = np.random.default_rng(0)
+    rules, _, _, _ = random_problem(8)
+    M_big, M_small = 2970, 30
+    tri = np.r_[np.zeros(M_big, int), np.ones(M_small, int)]
+    phi = g.random((M_big + M_small, 4)) * rules.mask.numpy()[tri]
+    y = (phi[:, 0] + 0.3 * g.random(len(tri)) > 0.7).astype(float)
+    inst = Instances(torch.tensor(phi), torch.zeros(len(tri), dtype=torch.float64), torch.tensor(tri), torch.tensor(y))
+    opts = ScorerOptions(kl_weight=0.1, steps=300, tol=1e-5)
+    fit = fit_scorer(inst, rules, opts, torch.Generator().manual_seed(0))
+    w = fit.weights.double().requires_grad_(True)
+    b = fit.bias.double().requires_grad_(True)
+    loss = scorer_objective(inst, rules, w, torch.zeros(2, dtype=torch.float64), b, opts)[0] * len(tri)
+    loss.backward()
+    assert fit.converged
+    assert float(w.grad[1][rules.mask[1]].abs().max()) < 1e-3 and abs(float(b.grad[1])) < 1e-3
