@@ -1,14 +1,23 @@
-"""FedNSL ablations of the paper's Fig. 2 (b1–b3): with vs without the KL term, a λ sweep, several seeds.
+"""FedNSL ablation (issue 17 item 6): what the rules add over recalibration, and what the server's transfer adds.
 
-    python -m bench.fednsl_ablation                                  # synthetic default, λ ∈ {0,0.01,0.1,1,10}, seeds 0-2
-    python -m bench.fednsl_ablation --config fednsl_dwie --rounds 10 --out runs/ablation-dwie
-    python -m bench.fednsl_ablation --lambdas 0 0.1 --seeds 0 --set data.max_docs=200
+    python -m bench.fednsl_ablation                                     # synthetic, λ ∈ {0, 0.01, 0.1, 1}, seeds 0-2
+    python -m bench.fednsl_ablation --config fednsl_dwie --rounds 3 --lambdas 0 0.1 --out runs/abl-dwie
+    python -m bench.fednsl_ablation --config fednsl_dwie_shared --rounds 3 --lambdas 0 0.1 --out runs/abl-dwie8
 
-Every (λ, seed) run is a normal ``fednsl train`` run under OUT/lam<λ>-seed<s>/ (kept; an existing finished run is
-reused). Written: OUT/ablation.md (results table with the exact commands), OUT/ablation.json, and the plots
-OUT/plots/ablation_f1.png (b1: F1 seen/unseen, KL vs no KL), OUT/plots/ablation_logic.png (b2: logic accuracy),
-OUT/plots/ablation_lambda.png (b3: unseen F1 per λ). JSON and table also go to bench/results/fednsl_ablation_<config>.{json,md}.
-λ = 0 is "W/O. KL"; the config's own λ (or the first non-zero one) is "W. KL".
+Every (λ, seed) is one normal ``fednsl train`` run under OUT/lam<λ>-seed<s>/ (an existing finished run is
+reused). All variants come from the *same* fitted state of each run's last round (the clients evaluate them
+side by side; :data:`fednsl.methods.fednsl.messages.EVAL_VARIANTS`):
+
+- backbone alone — the backbone value x_r thresholded on the client's hold-out;
+- recalibration only — φ zeroed: a_t·x_r + c_t per triple (seen), a pooled a·x_r + c (unseen);
+- rules without transfer — the per-triple rule scorer on seen cells, the pooled recalibration on unseen cells;
+- FedNSL — the rule scorer on seen cells, the configured transfer route on unseen cells (both routes listed).
+
+Intervals: 95 % percentile bootstrap over test documents (documents resampled with replacement within each
+(seed, client), the same draws for every variant and λ, so differences are paired), of the mean over seeds of
+the metric as the server reports it (mean over clients of F1 / Ign-F1, pooled logic accuracy). Golden rules in
+the top 5 is a property of the server's pool (no documents): mean ± std over seeds. Written: OUT/ablation.md and
+OUT/ablation.json, copied to bench/results/fednsl_ablation_<config>.{md,json}, and OUT/plots/ablation_lambda.png.
 """
 
 from __future__ import annotations
@@ -17,51 +26,129 @@ import argparse
 import json
 import math
 import shlex
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fednsl.config import load_config
+from fednsl.methods.fednsl.evaluation import logic_from_counts
 from fednsl.methods.fednsl.plots import evaluate_curves, plot_overlay
 from fednsl.pipeline import train
 
-METRICS = ("seen_f1", "unseen_f1", "seen_ign_f1", "unseen_ign_f1", "seen_logic", "unseen_logic",
-           "backbone_seen_f1", "backbone_unseen_f1", "backbone_seen_logic", "backbone_unseen_logic")
+#: (label, seen key, unseen key) of each ablation variant; keys are EVAL_VARIANTS prefixes + part
+VARIANTS = (
+    ("backbone alone", "backbone_seen", "backbone_unseen"),
+    ("recalibration only (φ zeroed)", "recal_seen", "recal_unseen"),
+    ("rules without transfer", "seen", "recal_unseen"),
+    ("FedNSL (transfer: prior)", "seen", "prior_unseen"),
+    ("FedNSL (transfer: published)", "seen", "published_unseen"),
+)
 
 
 def run_one(config: str, overrides: list[str], out: Path) -> dict[str, Any]:
-    if not (out / "summary.json").exists():
+    """Train (unless OUT has a finished run) and read the final-round metrics and per-document counts."""
+    if not (out / "summary.json").exists() or not (out / "eval_documents.npz").exists():
         if out.exists():
-            import shutil
-
             shutil.rmtree(out)
         t0 = time.perf_counter()
         train(load_config(config, overrides), out, progress=False)
         print(f"  {out.name}: {time.perf_counter() - t0:.0f}s", flush=True)
     curves = evaluate_curves(out)
     final = {k: v[-1][1] for k, v in curves.items() if v}
-    return {"dir": str(out), "final": final, "wall_time_s": json.loads((out / "summary.json").read_text())["wall_time_s"]}
+    summary = json.loads((out / "summary.json").read_text())
+    return {"dir": str(out), "final": final, "wall_time_s": summary["wall_time_s"]}
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if not vals:
-        return math.nan, math.nan
-    return float(np.mean(vals)), float(np.std(vals))
+def load_docs(run_dir: str | Path) -> dict[str, Any]:
+    """{"roles": {cid: role}, "arrays": {cid: {name: array}}} from RUN_DIR/eval_documents.npz."""
+    with np.load(Path(run_dir) / "eval_documents.npz", allow_pickle=False) as z:
+        roles = dict(str(r).split("=", 1) for r in z["roles"])
+        arrays: dict[str, dict[str, np.ndarray]] = {}
+        for key in z.files:
+            if key == "roles":
+                continue
+            cid, name = key.split("/", 1)
+            arrays.setdefault(cid, {})[name] = z[key]
+    return {"roles": roles, "arrays": arrays}
 
 
-def fmt(m: float, s: float) -> str:
-    return "–" if math.isnan(m) else f"{100 * m:.1f} ± {100 * s:.1f}"
+def draws(docs: dict[str, Any], seed: int, num: int) -> dict[str, np.ndarray]:
+    """{cid: (num + 1, D) document indices}: row 0 the identity (the point estimate), then bootstrap draws,
+    seeded by (run seed, client) so that every variant and λ of one run seed gets the same draws."""
+    out = {}
+    for k, cid in enumerate(sorted(docs["arrays"])):
+        d = len(next(iter(docs["arrays"][cid].values())))
+        rng = np.random.default_rng([20260, seed, k])
+        out[cid] = np.vstack([np.arange(d)[None, :], rng.integers(0, d, size=(num, d))]) if d else np.zeros(
+            (num + 1, 0), dtype=np.int64
+        )
+    return out
+
+
+def _f1(tp: np.ndarray, npred: np.ndarray, ngold: np.ndarray) -> np.ndarray:
+    p = np.divide(tp, npred, out=np.zeros_like(tp, dtype=float), where=npred > 0)
+    r = np.divide(tp, ngold, out=np.zeros_like(tp, dtype=float), where=ngold > 0)
+    return np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=p + r > 0)
+
+
+def replicate(docs: dict[str, Any], idx: dict[str, np.ndarray], key: str, metric: str, role: str | None) -> np.ndarray:
+    """(B + 1,) replicates of one metric of one run: f1 / ign_f1 = mean over clients, logic = pooled."""
+    cids = [c for c in sorted(docs["arrays"]) if role is None or docs["roles"].get(c) == role]
+    if metric == "logic":
+        body = corr = None
+        for c in cids:
+            a = docs["arrays"][c]
+            if f"doclogic_body_{key}" not in a:
+                return np.full(next(iter(idx.values())).shape[0], math.nan)
+            b = a[f"doclogic_body_{key}"][idx[c]].sum(1)  # (B+1, G)
+            k = a[f"doclogic_correct_{key}"][idx[c]].sum(1)
+            body = b if body is None else body + b
+            corr = k if corr is None else corr + k
+        if body is None:
+            return np.full(1, math.nan)
+        return np.array([logic_from_counts(b, k) for b, k in zip(body, corr)])
+    vals = []
+    for c in cids:
+        a = docs["arrays"][c].get(f"docs_{key}")
+        if a is None:
+            continue
+        s = a[idx[c]].sum(1).astype(float)  # (B+1, 4): tp, n_pred, n_gold, tp_in_train
+        if metric == "f1":
+            vals.append(_f1(s[:, 0], s[:, 1], s[:, 2]))
+        else:  # Ign-F1: precision without the true positives already in train, recall unchanged
+            p = np.divide(s[:, 0] - s[:, 3], s[:, 1] - s[:, 3], out=np.zeros(len(s)), where=s[:, 1] - s[:, 3] > 0)
+            r = np.divide(s[:, 0], s[:, 2], out=np.zeros(len(s)), where=s[:, 2] > 0)
+            vals.append(np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=p + r > 0))
+    return np.mean(vals, axis=0) if vals else np.full(next(iter(idx.values())).shape[0], math.nan)
+
+
+def interval(rep: np.ndarray) -> tuple[float, float, float]:
+    """(point, low, high): row 0 is the point estimate, the rest the bootstrap draws (95 % percentile)."""
+    rest = rep[1:][~np.isnan(rep[1:])]
+    if math.isnan(rep[0]) or not rest.size:
+        return rep[0], math.nan, math.nan
+    lo, hi = np.percentile(rest, [2.5, 97.5])
+    return float(rep[0]), float(lo), float(hi)
+
+
+def fmt(v: tuple[float, float, float]) -> str:
+    p, lo, hi = v
+    if math.isnan(p):
+        return "–"
+    return f"{100 * p:.1f}" if math.isnan(lo) else f"{100 * p:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="fednsl_synthetic", help="config name or YAML path")
-    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.01, 0.1, 1.0, 10.0], help="KL weights λ")
+    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.01, 0.1, 1.0], help="KL weights λ")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
     ap.add_argument("--rounds", type=int, default=None, help="override the config's rounds")
+    ap.add_argument("--boot", type=int, default=1000, help="bootstrap draws over test documents")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("runs/ablation"), help="output folder")
@@ -69,83 +156,112 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     base = list(args.overrides) + ([f"rounds={args.rounds}"] if args.rounds else [])
     cfg = load_config(args.config, base)
-    default_lam = float(cfg.method_kwargs.get("kl_weight", 0.1))
-    results: dict[str, Any] = {"config": args.config, "overrides": base, "runs": {}}
+    route = str(cfg.method_kwargs.get("transfer", "published"))
+    results: dict[str, Any] = {"config": args.config, "overrides": base, "transfer": route, "runs": {}}
     t0 = time.perf_counter()
+    docs: dict[tuple[float, int], dict[str, Any]] = {}
     for lam in args.lambdas:
         for seed in args.seeds:
             name = f"lam{lam:g}-seed{seed}"
             ov = base + [f"seed={seed}", f"method_kwargs.kl_weight={lam}"]
             print(f"run {name}", flush=True)
-            results["runs"][name] = {"lambda": lam, "seed": seed, "overrides": ov,
-                                     **run_one(args.config, ov, args.out / name)}
+            run = run_one(args.config, ov, args.out / name)
+            results["runs"][name] = {"lambda": lam, "seed": seed, "overrides": ov, **run}
+            docs[(lam, seed)] = load_docs(run["dir"])
     results["total_time_s"] = time.perf_counter() - t0
+    idx = {seed: draws(docs[(args.lambdas[0], seed)], seed, args.boot) for seed in args.seeds}
+    roles = {r for d in docs.values() for r in d["roles"].values()}
+    groups: list[tuple[str, str | None]] = [("all clients", None)] + ([("data-poor clients", "poor")] if "poor" in roles else [])
 
-    def group(lam: float) -> list[dict[str, Any]]:
-        return [r for r in results["runs"].values() if r["lambda"] == lam]
+    def reps(lam: float, key: str, metric: str, role: str | None) -> np.ndarray:
+        """Mean over seeds of the per-run replicates (the same draws per seed)."""
+        return np.nanmean([replicate(docs[(lam, s)], idx[s], key, metric, role) for s in args.seeds], axis=0)
 
-    rows = []
+    recall_key = next((k for r in results["runs"].values() for k in r["final"] if k.endswith("_recall_top5")), None)
+    table: list[dict[str, Any]] = []
+    for gname, role in groups:
+        for lam in args.lambdas:
+            rec = [r["final"].get(recall_key, math.nan) for r in results["runs"].values() if r["lambda"] == lam]
+            for label, seen, unseen in VARIANTS:
+                row: dict[str, Any] = {"group": gname, "lambda": lam, "variant": label}
+                for part, key in (("seen", seen), ("unseen", unseen)):
+                    for metric in ("f1", "ign_f1", "logic"):
+                        row[f"{part}_{metric}"] = interval(reps(lam, key, metric, role))
+                row["golden_top5"] = (float(np.nanmean(rec)), float(np.nanstd(rec))) if recall_key else None
+                table.append(row)
+
+    def diff(name: str, a: Callable[[], np.ndarray], b: Callable[[], np.ndarray], target: float) -> dict[str, Any]:
+        d = interval(a() - b())
+        return {"comparison": name, "difference": d, "target": target,
+                "outside_interval": bool(not math.isnan(d[1]) and (d[1] > 0 or d[2] < 0)),
+                "meets_target": bool(not math.isnan(d[0]) and d[0] >= target)}
+
+    lam_kl = next((x for x in args.lambdas if x > 0), args.lambdas[0])
+    full_unseen = f"{route}_unseen"
+    comparisons = []
     for lam in args.lambdas:
-        runs = group(lam)
-        stats = {m: mean_std([r["final"].get(m, math.nan) for r in runs]) for m in METRICS}
-        recall_key = next((k for r in runs for k in r["final"] if k.endswith("recall_top5")), None)
-        rec = mean_std([r["final"].get(recall_key, math.nan) for r in runs]) if recall_key else (math.nan, math.nan)
-        rows.append({"lambda": lam, "stats": stats, "recall": rec, "recall_key": recall_key,
-                     "time_s": float(np.mean([r["wall_time_s"] for r in runs]))})
-    for r in rows:  # the side-by-side reference: the backbone alone, in the same runs
-        s = r["stats"]
-        r["ratio"] = {part: (s[f"{part}_f1"][0] / s[f"backbone_{part}_f1"][0]
-                             if s[f"backbone_{part}_f1"][0] else math.nan) for part in ("seen", "unseen")}
-    results["table"] = [{"lambda": r["lambda"], **{m: list(v) for m, v in r["stats"].items()},
-                         "rule_recall_top5": list(r["recall"]), "mean_wall_time_s": r["time_s"],
-                         "f1_ratio_vs_backbone": r["ratio"]} for r in rows]
+        comparisons += [
+            diff(f"λ={lam:g}: FedNSL unseen F1 − backbone unseen F1", lambda lam=lam: reps(lam, full_unseen, "f1", None),
+                 lambda lam=lam: reps(lam, "backbone_unseen", "f1", None), 0.10),
+            diff(f"λ={lam:g}: rule model seen F1 − recalibration-only seen F1",
+                 lambda lam=lam: reps(lam, "seen", "f1", None), lambda lam=lam: reps(lam, "recal_seen", "f1", None), 0.03),
+            diff(f"λ={lam:g}: FedNSL unseen logic − backbone unseen logic",
+                 lambda lam=lam: reps(lam, full_unseen, "logic", None),
+                 lambda lam=lam: reps(lam, "backbone_unseen", "logic", None), 0.033),
+            diff(f"λ={lam:g}: FedNSL unseen F1 − rules without transfer unseen F1",
+                 lambda lam=lam: reps(lam, full_unseen, "f1", None), lambda lam=lam: reps(lam, "recal_unseen", "f1", None), 0.0),
+        ]
+    if 0.0 in args.lambdas:
+        for lam in args.lambdas:
+            if lam == 0.0:
+                continue
+            for gname, role in groups:
+                comparisons.append(diff(f"{gname}: unseen F1 λ={lam:g} − λ=0", lambda lam=lam, role=role: reps(
+                    lam, full_unseen, "f1", role), lambda role=role: reps(0.0, full_unseen, "f1", role), 0.0))
+                comparisons.append(diff(f"{gname}: seen F1 λ={lam:g} − λ=0", lambda lam=lam, role=role: reps(
+                    lam, "seen", "f1", role), lambda role=role: reps(0.0, "seen", "f1", role), 0.0))
+    results["table"] = table
+    results["comparisons"] = comparisons
 
-    with_kl = default_lam if default_lam in args.lambdas and default_lam > 0 else next(
-        (x for x in args.lambdas if x > 0), None)
     plots = args.out / "plots"
-    dirs = {lam: [r["dir"] for r in group(lam)] for lam in args.lambdas}
-    if 0.0 in dirs and with_kl is not None:
-        pair = {f"W. KL (λ={with_kl:g})": dirs[with_kl], "W/O. KL": dirs[0.0]}
-        plot_overlay(pair, [("seen_f1", "(b1) F1 seen"), ("unseen_f1", "(b1) F1 unseen")], plots / "ablation_f1.png",
-                     "FedNSL: with vs without KL (mean ± std over seeds)")
-        plot_overlay(pair, [("seen_logic", "(b2) logic accuracy seen"), ("unseen_logic", "(b2) logic accuracy unseen")],
-                     plots / "ablation_logic.png", "FedNSL: with vs without KL")
-    plot_overlay({f"λ={lam:g}": d for lam, d in dirs.items()}, [("unseen_f1", "(b3) F1 unseen"),
-                                                             ("seen_f1", "F1 seen")],
-                 plots / "ablation_lambda.png", "FedNSL: KL coefficient sweep")
+    dirs = {lam: [r["dir"] for r in results["runs"].values() if r["lambda"] == lam] for lam in args.lambdas}
+    plot_overlay({f"λ={lam:g}": d for lam, d in dirs.items()}, [("unseen_f1", "F1 unseen (FedNSL)"),
+                                                             ("seen_f1", "F1 seen (rule model)")],
+                 plots / "ablation_lambda.png", "FedNSL: KL coefficient sweep (mean ± std over seeds)")
 
     cmd = "python -m bench.fednsl_ablation " + " ".join(
         [f"--config {args.config}", "--lambdas " + " ".join(f"{x:g}" for x in args.lambdas),
          "--seeds " + " ".join(map(str, args.seeds))] + ([f"--rounds {args.rounds}"] if args.rounds else [])
-        + [f"--set {shlex.quote(o)}" for o in args.overrides] + [f"--out {args.out}"])
-    rk = next((r["recall_key"] for r in rows if r["recall_key"]), None)
-    head = ["λ", "F1 seen", "F1 unseen", "Ign-F1 seen", "Ign-F1 unseen", "logic seen", "logic unseen",
-            "backbone F1 seen", "backbone F1 unseen", "backbone logic seen", "backbone logic unseen"]
-    if rk:
-        head.append(rk.replace("_recall_top5", " rules in top-5"))
-    head.append("wall s/run")
+        + [f"--set {shlex.quote(o)}" for o in args.overrides] + [f"--boot {args.boot}", f"--out {args.out}"])
+    head = ["clients", "λ", "variant", "F1 seen", "F1 unseen", "Ign-F1 seen", "Ign-F1 unseen", "logic seen",
+            "logic unseen", "golden in top-5"]
+    rounds = cfg.rounds
     lines = [f"Command: `{cmd}`", "",
-             f"Final round, mean ± std over seeds {args.seeds} (percent).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        s = r["stats"]
-        cells = [f"{r['lambda']:g}" + (" (W/O. KL)" if r["lambda"] == 0 else "")]
-        cells += [fmt(*s[m]) for m in METRICS]
-        if rk:
-            cells.append(fmt(*r["recall"]))
-        cells.append(f"{r['time_s']:.0f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    table = "\n".join(lines) + "\n"
+             f"Config {args.config} ({rounds} rounds, transfer: {route}), final round, seeds {args.seeds}; percent, "
+             f"95 % bootstrap intervals over test documents ({args.boot} draws). Wall time {results['total_time_s']:.0f} s.",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table:
+        top = "–" if r["golden_top5"] is None or math.isnan(r["golden_top5"][0]) else \
+            f"{100 * r['golden_top5'][0]:.0f} ± {100 * r['golden_top5'][1]:.0f}"
+        lines.append("| " + " | ".join([r["group"], f"{r['lambda']:g}", r["variant"]] + [
+            fmt(r[k]) for k in ("seen_f1", "unseen_f1", "seen_ign_f1", "unseen_ign_f1", "seen_logic", "unseen_logic")
+        ] + [top]) + " |")
+    lines += ["", "Paired differences (points, 95 % bootstrap interval; *outside* = the interval excludes 0):", "",
+              "| comparison | difference | target | outside the interval | meets target |", "|---|---|---|---|---|"]
+    for c in comparisons:
+        lines.append(f"| {c['comparison']} | {fmt(c['difference'])} | ≥ {100 * c['target']:.1f} | "
+                     f"{'yes' if c['outside_interval'] else 'no'} | {'yes' if c['meets_target'] else 'no'} |")
+    text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ablation.md").write_text(table)
+    (args.out / "ablation.md").write_text(text)
     (args.out / "ablation.json").write_text(json.dumps(results, indent=1, default=str))
     res_dir = Path(__file__).resolve().parent / "results"
     res_dir.mkdir(parents=True, exist_ok=True)
     stem = f"fednsl_ablation_{Path(args.config).stem}"
     (res_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
-    (res_dir / f"{stem}.md").write_text(table)
-    print(table)
-    print(f"wrote {args.out / 'ablation.md'}, {args.out / 'ablation.json'}, plots in {plots}")
+    (res_dir / f"{stem}.md").write_text(text)
+    print(text)
+    print(f"wrote {args.out / 'ablation.md'}, {args.out / 'ablation.json'}, plots in {plots}; lambda {lam_kl:g}")
     return results
 
 

@@ -15,6 +15,13 @@
    combo and the next one in the cycle as its unseen combo: seen-train / seen-test queries are the entity
    pairs of its own combo in its train / test documents; unseen-test queries are the neighbour combo's
    pairs in its own test documents (never trained on by that client).
+
+``scheme="shared"`` (beyond the paper; issue 17): every combo has two owners, so every rule-head triple is
+fitted by at least two clients and the server's KL term has something to carry between them. The documents
+are dealt to the ``|cycle|`` combos in equal blocks; each block is split into a data-rich client (share
+``1 - poor_share``) and a data-poor client (share ``poor_share``), clients ``2k`` (rich) and ``2k + 1`` (poor)
+of combo ``cycle[k]``; both are tested on the next combo in the cycle as their unseen set. ``meta["role"]``
+says which is which. Needs ``num_clients == 2 · |cycle|``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ __all__ = [
     "eligible_documents",
     "balanced_groups",
     "split_sizes",
+    "shared_sizes",
     "split_clients",
     "query_mask",
     "partition_stats",
@@ -204,6 +212,18 @@ def split_sizes(num_documents: int, num_clients: int) -> list[int]:
     return [base + (1 if c < extra else 0) for c in range(num_clients)]
 
 
+def shared_sizes(num_documents: int, num_combos: int, poor_share: float = 0.2) -> list[int]:
+    """Client sizes of the shared split: per combo block (:func:`split_sizes`) a rich client with
+    ``block - round(block · poor_share)`` documents, then a poor one with the rest (each at least 1)."""
+    if not 0.0 < poor_share < 0.5:
+        raise ValueError(f"poor_share must be in (0, 0.5), got {poor_share}")
+    out = []
+    for block in split_sizes(num_documents, num_combos):
+        poor = min(max(1, _round(block * poor_share)), block - 1)
+        out.extend([block - poor, poor])
+    return out
+
+
 def split_clients(
     corpus: Corpus,
     num_clients: int = 4,
@@ -211,12 +231,18 @@ def split_clients(
     seed: int = 0,
     test_ratio: float = 0.25,
     holdout: float = 0.1,
+    scheme: str = "paper",
+    poor_share: float = 0.2,
 ) -> list[ClientPartition]:
     """Partition the eligible documents of ``corpus`` into ``num_clients`` clients (see module docstring).
 
     ``groups``: a :class:`NerGroupSplit`, a sequence of type-name groups, or None for
-    :meth:`NerGroupSplit.for_corpus`. Deterministic in ``seed`` (numpy ``default_rng``; no global RNG).
+    :meth:`NerGroupSplit.for_corpus`. ``scheme``: ``paper`` (one client per combo, cycling) or ``shared`` (a
+    data-rich and a data-poor client per combo). Deterministic in ``seed`` (numpy ``default_rng``; no global
+    RNG).
     """
+    if scheme not in ("paper", "shared"):
+        raise ValueError(f"split scheme must be 'paper' or 'shared', got {scheme!r}")
     if not 0.0 < test_ratio < 1.0:
         raise ValueError(f"test_ratio must be in (0, 1), got {test_ratio}")
     if not 0.0 <= holdout < 1.0:
@@ -234,12 +260,18 @@ def split_clients(
             f"{len(docs)} eligible documents (with entities; {len(excluded)} excluded) cannot be split over "
             f"{num_clients} clients: set num_clients to at most {max(len(docs), 1)} or add documents"
         )
+    if scheme == "shared" and num_clients != 2 * len(combos):
+        raise DataError(
+            f"data.split: shared needs num_clients = 2 x {len(combos)} combos = {2 * len(combos)} "
+            f"(a data-rich and a data-poor client per combo), got {num_clients}"
+        )
+    sizes = split_sizes(len(docs), num_clients) if scheme == "paper" else shared_sizes(len(docs), len(combos), poor_share)
     docs = sorted(docs, key=lambda d: d.doc_id)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(docs))
     out = []
     offset = 0
-    for c, size in enumerate(split_sizes(len(docs), num_clients)):
+    for c, size in enumerate(sizes):
         mine = [docs[int(k)] for k in order[offset : offset + size]]
         offset += size
         n_test = _round(size * test_ratio)
@@ -249,15 +281,23 @@ def split_clients(
         n_hold = _round(len(train_all) * holdout)
         hperm = rng.permutation(len(train_all))
         hold_idx = set(hperm[:n_hold].tolist())
+        k = c % len(combos) if scheme == "paper" else c // 2
+        role = "all" if scheme == "paper" else ("rich" if c % 2 == 0 else "poor")
         out.append(
             ClientPartition(
                 client=c,
-                seen=combos[c % len(combos)],
-                unseen=combos[(c + 1) % len(combos)],
+                seen=combos[k],
+                unseen=combos[(k + 1) % len(combos)],
                 train=[d for k, d in enumerate(train_all) if k not in hold_idx],
                 holdout=[d for k, d in enumerate(train_all) if k in hold_idx],
                 test=test,
-                meta={"groups": [list(g) for g in split.groups], "seed": seed, "excluded": excluded},
+                meta={
+                    "groups": [list(g) for g in split.groups],
+                    "seed": seed,
+                    "excluded": excluded,
+                    "scheme": scheme,
+                    "role": role,
+                },
             )
         )
     return out

@@ -15,6 +15,7 @@ from kg.split import (
     neighbour_cycle,
     partition_stats,
     query_mask,
+    shared_sizes,
     split_clients,
     split_sizes,
 )
@@ -106,3 +107,37 @@ def test_bad_groups() -> None:
     with pytest.raises(DataError, match="at least 2"):
         NerGroupSplit((("person",),))
     assert NerGroupSplit.parse("a,b|c").groups == (("a", "b"), ("c",))
+
+
+def test_shared_split_gives_every_combo_a_rich_and_a_poor_owner() -> None:
+    corpus, _ = generate(PlantedRuleConfig(num_documents=103), seed=0)
+    parts = split_clients(corpus, 8, seed=3, scheme="shared", poor_share=0.2)
+    assert shared_sizes(103, 4, 0.2) == [21, 5, 21, 5, 21, 5, 20, 5]
+    assert [len(p.documents) for p in parts] == shared_sizes(103, 4, 0.2)
+    cyc = neighbour_cycle(2)
+    owners: dict[tuple[int, int], list[str]] = {}
+    for c, p in enumerate(parts):
+        owners.setdefault((p.seen.head_group, p.seen.tail_group), []).append(p.meta["role"])
+        assert p.meta["role"] == ("rich" if c % 2 == 0 else "poor") and p.meta["scheme"] == "shared"
+        k = cyc.index((p.seen.head_group, p.seen.tail_group))
+        assert (p.unseen.head_group, p.unseen.tail_group) == cyc[(k + 1) % 4]
+    assert {k: sorted(v) for k, v in owners.items()} == {c: ["poor", "rich"] for c in cyc}
+    # every document exactly once; deterministic in the seed; the paper split is unchanged by the option
+    ids = [d.doc_id for p in parts for d in p.documents]
+    assert len(ids) == len(set(ids)) == 103
+    again = split_clients(corpus, 8, seed=3, scheme="shared", poor_share=0.2)
+    assert [[d.doc_id for d in p.documents] for p in again] == [[d.doc_id for d in p.documents] for p in parts]
+    paper = split_clients(corpus, 4, seed=3)
+    assert [[d.doc_id for d in p.documents] for p in paper] == [
+        [d.doc_id for d in p.documents] for p in split_clients(corpus, 4, seed=3, scheme="paper")]
+    assert all(p.meta["role"] == "all" for p in paper)
+
+
+def test_shared_split_bad_options() -> None:
+    corpus, _ = generate(PlantedRuleConfig(num_documents=40), seed=0)
+    with pytest.raises(DataError, match="num_clients = 2 x 4 combos = 8"):
+        split_clients(corpus, 6, scheme="shared")
+    with pytest.raises(ValueError, match="split scheme"):
+        split_clients(corpus, 4, scheme="lopsided")
+    with pytest.raises(ValueError, match="poor_share"):
+        shared_sizes(40, 4, 0.7)

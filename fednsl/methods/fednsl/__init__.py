@@ -77,6 +77,7 @@ def build_fednsl(config: RunConfig) -> Federation:
         golden_rules=data.golden,
         golden_kind=data.golden_kind,
         meta=meta,
+        client_roles={c.cid: str(p.meta.get("role", "all")) for c, p in zip(data.client_docs, data.partitions)},
     )
     summary = {
         "corpus": data.corpus.name,
@@ -84,7 +85,12 @@ def build_fednsl(config: RunConfig) -> Federation:
         "relations": len(data.corpus.relations),
         "entity_types": len(data.corpus.entity_types),
         "clients": {
-            c.cid: {"seen": p.seen.name, "unseen": p.unseen.name, **partition_stats(p)}
+            c.cid: {
+                "seen": p.seen.name,
+                "unseen": p.unseen.name,
+                "role": p.meta.get("role", "all"),
+                **partition_stats(p),
+            }
             for c, p in zip(data.client_docs, data.partitions)
         },
         "golden_rules": len(data.golden),

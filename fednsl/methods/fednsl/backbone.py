@@ -12,8 +12,17 @@ run on the project's federation core (:class:`fednsl.federation.runner.InProcess
 rounds: ``rounds`` communication rounds of ``local_epochs`` Adam epochs each. Only weights and example counts
 leave a client.
 
+Probabilities (docs/methods/fednsl_calibration.md): the loss weights each relation's positives by
+``pos_weight`` — ``sqrt`` (default): w_r = min(pos_weight_max, neg_r / pos_r)^½ from the client's own training
+labels, ``balanced``: without the root, ``none``: plain BCE — and after training each client fits a per-relation
+map logit → probability on the seen-combo cells of its *hold-out* documents (``calibration``: ``sigmoid``
+(Platt, default) | ``isotonic`` | ``none`` = σ; :mod:`kg.backbones.calibration`; relations with fewer than
+``calibration_min_positives`` hold-out positives use the client's pooled map). ``values`` returns the
+calibrated probabilities, ``logits`` the raw scores.
+
 The trained weights are cached under ``$FEDNSL_CACHE/backbones/<key>`` (key = hash of the clients' training
-document ids, combos, options, seed and vocabulary sizes), so runs that share data split and seed (a λ sweep,
+document ids, combos, options — loss and calibration options included —, seed and vocabulary sizes); the
+calibration maps are refitted (deterministically) at every ``prepare``, so runs that share data split and seed (a λ sweep,
 a resumed run) reuse the same backbone; the sub-run's metrics.jsonl is kept beside them.
 """
 
@@ -40,15 +49,29 @@ from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, Stage, handles
 from fednsl.federation.runner import Federation, InProcessRunner
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
+from kg.backbones.calibration import CALIBRATIONS, RelationCalibrator, fit_relation_calibrator, sigmoid
 from kg.backbones.memory import DEFAULT_LIMIT_GB, FLOAT_BYTES, check_documents, rows_per_chunk
 from kg.backbones.text_features import PAIR_FEATURES, DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
 from kg.seeding import seeded_global_rng
-from kg.split import query_mask
+from kg.split import Combo, query_mask
 
-__all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs"]
+__all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs", "POS_WEIGHTS", "positive_weights"]
 
 log = logging.getLogger("fednsl.backbones")
+
+POS_WEIGHTS = ("none", "sqrt", "balanced")
+
+
+def positive_weights(y: torch.Tensor, mode: str, cap: float) -> torch.Tensor | None:
+    """(R,) BCE positive weights from a client's own labels ``y`` (P, R): w_r = min(cap, neg_r / pos_r)
+    (``balanced``) or its square root (``sqrt``), 1 for relations without a positive; None for ``none``."""
+    if mode == "none":
+        return None
+    pos = y.sum(0)
+    neg = y.shape[0] - pos
+    ratio = torch.where(pos > 0, neg / pos.clamp_min(1.0), torch.ones_like(pos)).clamp(1.0, float(cap))
+    return ratio.sqrt() if mode == "sqrt" else ratio
 
 
 @dataclass
@@ -65,8 +88,27 @@ class FederatedFeaturesOptions:
     cache: bool = True
     seed: int | None = None  # fixed backbone seed (None: the run seed), e.g. to share one backbone across seeds
     memory_limit_gb: float = DEFAULT_LIMIT_GB  # refuse documents whose scores would need more (kg.backbones.memory)
+    pos_weight: str = "sqrt"  # BCE positive weight per relation: none | sqrt | balanced (module docstring)
+    pos_weight_max: float = 100.0  # cap on the positive weight
+    calibration: str = "sigmoid"  # per-relation map on the client's hold-out: isotonic | sigmoid | none
+    calibration_min_positives: int = 3  # fewer positive hold-out cells → the relation uses the pooled map
 
     def __post_init__(self) -> None:
+        if self.pos_weight not in POS_WEIGHTS:
+            raise ValueError(
+                f"federated-features backbone: pos_weight must be one of {POS_WEIGHTS}, got {self.pos_weight!r}"
+            )
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(
+                f"federated-features backbone: calibration must be one of {CALIBRATIONS}, got {self.calibration!r}"
+            )
+        if float(self.pos_weight_max) < 1:
+            raise ValueError(f"federated-features backbone: pos_weight_max must be >= 1, got {self.pos_weight_max}")
+        if int(self.calibration_min_positives) < 1:
+            raise ValueError(
+                "federated-features backbone: calibration_min_positives must be >= 1, "
+                f"got {self.calibration_min_positives}"
+            )
         for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"federated-features backbone: {name} must be >= 1, got {getattr(self, name)}")
@@ -178,6 +220,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
             gen = torch.Generator().manual_seed(int(msg.config["seed"]))
             opt = torch.optim.Adam(self.model.parameters(), lr=float(msg.config["lr"]), weight_decay=opts.weight_decay)
             d = self.data
+            pw = positive_weights(d.y, opts.pos_weight, opts.pos_weight_max)
             bs = int(msg.config["batch_size"])
             total, seen = 0.0, 0
             self.model.train()
@@ -187,7 +230,7 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
                     b = order[s : s + bs]
                     rows = d.index[b]
                     logits = self.model(d.ent[rows[:, 0]], d.ent[rows[:, 1]], d.pair[b])
-                    loss = nn.functional.binary_cross_entropy_with_logits(logits, d.y[b])
+                    loss = nn.functional.binary_cross_entropy_with_logits(logits, d.y[b], pos_weight=pw)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
@@ -220,6 +263,8 @@ class FederatedFeatures(Backbone):
         self.features: dict[str, DocFeatures] = {}
         self.message_hook: Callable[[str, str, Any], None] | None = None
         self.summary: dict[str, Any] = {}
+        self.calibrators: dict[str, RelationCalibrator] = {}
+        self._owner: dict[str, str] = {}  # doc id → client id (values(None, doc) uses the owner's calibration)
 
     # -- features (client-local) -------------------------------------------------------------------------
     def _client_features(self, client: ClientDocs, num_types: int, text: str) -> None:
@@ -309,14 +354,23 @@ class FederatedFeatures(Backbone):
                 (where / "summary.json").write_text(json.dumps(info, indent=1))
         model.eval()
         self.model = model
+        t2 = time.perf_counter()
+        self._owner = {d.doc_id: c.cid for c in clients for d in c.documents}
+        self.calibrators = {
+            c.cid: self.fit_calibration(c, opts.calibration, relations.names, opts.calibration_min_positives)
+            for c in clients
+        }
         self.summary = {
             "backbone": self.name,
             "text": text,
             "cache_key": key,
             "cached": bool(cached),
             "feature_time_s": t_feat,
-            "train_time_s": time.perf_counter() - t1,
+            "train_time_s": t2 - t1,
             "cache_dir": None if where is None else str(where),
+            "pos_weight": opts.pos_weight,
+            "calibration": {cid: cal.summary() for cid, cal in self.calibrators.items()},
+            "calibration_time_s": time.perf_counter() - t2,
             **info,
         }
         return self.summary
@@ -358,17 +412,63 @@ class FederatedFeatures(Backbone):
 
     # -- inference (client-local) ----------------------------------------------------------------------
     @torch.no_grad()
-    def values(self, client: ClientDocs | None, doc: Document) -> np.ndarray:
+    def logits(self, doc: Document) -> np.ndarray:
+        """(N, N, R) float32 raw relation logits s_r(h, t) of ``doc`` (before σ and calibration)."""
         if self.model is None:
             raise RuntimeError("federated-features backbone: call prepare() first")
-        n = doc.num_entities
         R = self.model.pair[-1].out_features
-        if n == 0:
+        if doc.num_entities == 0:
             return np.zeros((0, 0, R), dtype=np.float32)
         if doc.doc_id not in self.features:
             raise ValueError(
                 f"federated-features backbone: document {doc.doc_id} is not among the prepared clients' documents"
             )
-        x = torch.sigmoid(self.model.document_logits(self.features[doc.doc_id])).numpy().astype(np.float32)
+        return self.model.document_logits(self.features[doc.doc_id]).numpy().astype(np.float32)
+
+    def cells(self, docs: Sequence[Document], combo: Combo) -> tuple[np.ndarray, np.ndarray]:
+        """Logits (M, R) and gold labels (M, R) of the ``combo`` pairs (``kg.split.query_mask``) of ``docs``."""
+        R = self.model.pair[-1].out_features if self.model is not None else 0
+        zs, ys = [np.zeros((0, R), np.float32)], [np.zeros((0, R), np.float32)]
+        for doc in docs:
+            if doc.num_entities == 0:
+                continue
+            mask = query_mask(doc, combo)
+            z = self.logits(doc)
+            y = np.zeros(z.shape, dtype=np.float32)
+            if doc.num_facts:
+                f = doc.facts
+                y[f[:, 0], f[:, 2], f[:, 1]] = 1.0
+            zs.append(z[mask])
+            ys.append(y[mask])
+        return np.concatenate(zs), np.concatenate(ys)
+
+    def calibration_cells(self, client: ClientDocs) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`cells` of the seen-combo pairs of ``client``'s hold-out documents (held-out *training*
+        documents; test documents are never used)."""
+        return self.cells(client.holdout, client.combo)
+
+    def fit_calibration(
+        self, client: ClientDocs, method: str, relation_names: Sequence[str] | None = None, min_positives: int = 3
+    ) -> RelationCalibrator:
+        """The client's per-relation calibration (:mod:`kg.backbones.calibration`) fitted on its hold-out cells."""
+        z, y = self.calibration_cells(client)
+        return fit_relation_calibrator(
+            z, y, method, min_positives, f"backbone calibration, client {client.cid}", relation_names
+        )
+
+    def values(self, client: ClientDocs | None, doc: Document) -> np.ndarray:
+        """(N, N, R) calibrated values of ``doc`` with ``client``'s calibration (``None``: the owner client's)."""
+        z = self.logits(doc)
+        n = doc.num_entities
+        if n == 0:
+            return z
+        cid = client.cid if client is not None else self._owner.get(doc.doc_id)
+        cal = self.calibrators.get(cid) if cid is not None else None
+        if cal is None:
+            if self.options.calibration != "none":
+                raise ValueError(f"federated-features backbone: no calibration for client {cid!r} (document {doc.doc_id})")
+            x = sigmoid(z).astype(np.float32)
+        else:
+            x = cal.predict(z)
         x[np.arange(n), np.arange(n)] = 0.0
         return x

@@ -6,7 +6,13 @@ path values φ, the fitted weights. What leaves it is declared in :mod:`.message
 
 Data parts (see :mod:`.features`): ``train`` (seen combo, training documents), ``holdout`` (seen combo,
 threshold hold-out), ``seen_test`` (seen combo, test documents), ``unseen_test`` (the neighbour combo in the
-same test documents, never trained on).
+same test documents, never trained on), ``unseen_holdout`` (the neighbour combo in the hold-out documents: the
+``holdout_*`` metrics that choose the transfer route without touching test documents).
+
+Evaluation scores every variant of :data:`.messages.EVAL_VARIANTS` from the one fitted state of the round:
+the rule model (seen: the personal per-triple scorer; unseen: the configured ``transfer`` route), the backbone
+alone, recalibration only (φ zeroed), and both transfer routes on the unseen cells. Thresholds come from the
+client's own seen-combo hold-out only.
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions, rules_from_me
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
+    Recalibration,
     TransferScorer,
+    fit_recalibration,
     fit_scorer,
     fit_transfer,
     posterior_of,
     predict_logits,
+    published_logits,
 )
 from kg.split import ClientPartition, query_mask
 from rules.mining import mine_cooccurrence
@@ -43,7 +52,7 @@ __all__ = ["FedNSLClient"]
 
 log = logging.getLogger("fednsl.methods.fednsl")
 
-PARTS = ("train", "holdout", "seen_test", "unseen_test")
+PARTS = ("train", "holdout", "seen_test", "unseen_test", "unseen_holdout")
 
 
 @dataclass
@@ -63,6 +72,19 @@ class _Built:
     in_train: np.ndarray  # (M,) bool
     total_gold: int
     unknown: int  # gold facts whose triple the server does not know
+
+
+@dataclass
+class _Fit:
+    """The fitted state of one round (reused by ``evaluate`` of the same round and rule set)."""
+
+    rnd: int
+    rules: RuleSet
+    fitted: FittedScorer
+    transfer: TransferScorer
+    recal: Recalibration
+    built: _Built
+    opts: ScorerOptions
 
 
 class _MiningDoc:
@@ -115,6 +137,7 @@ class FedNSLClient(Client):
             "holdout": (partition.holdout, partition.seen),
             "seen_test": (partition.test, partition.seen),
             "unseen_test": (partition.test, partition.unseen),
+            "unseen_holdout": (partition.holdout, partition.unseen),
         }
         self.tables: dict[str, CellTable] = {}
         self.caches: dict[str, PhiCache] = {}
@@ -124,7 +147,7 @@ class FedNSLClient(Client):
             self.tables[name] = table
             self.caches[name] = PhiCache(table, path_score, fast_after)
         self._masks = {name: [query_mask(d, t.part.combo) for d in t.part.docs] for name, t in self.tables.items()}
-        self._fit: tuple[int, RuleSet, FittedScorer, TransferScorer, ScorerOptions] | None = None
+        self._fit: _Fit | None = None
 
     # -- round 0: co-occurrence statistics (spec §8.8) ---------------------------------------------------------
     def _mining_docs(self) -> tuple[list[_MiningDoc], int]:
@@ -249,9 +272,7 @@ class FedNSLClient(Client):
             in_train = np.zeros(0, dtype=bool)
         return _Built(inst, blocks, in_train, total_gold, unknown)
 
-    def _fit_round(
-        self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int
-    ) -> tuple[FittedScorer, TransferScorer, _Built, dict[str, float]]:
+    def _fit_round(self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int) -> tuple[_Fit, dict[str, float]]:
         t0 = time.perf_counter()
         built = self._build("train", rules, rnd)
         t1 = time.perf_counter()
@@ -260,17 +281,29 @@ class FedNSLClient(Client):
         counts = built.inst.counts_per_triple(rules.num_triples)
         fitted.fitted = counts >= self.min_instances
         transfer = fit_transfer(built.inst, rules, opts)
+        recal = fit_recalibration(built.inst, rules.num_triples)
+        recal.fitted = recal.fitted & fitted.fitted
         t2 = time.perf_counter()
-        self._fit = (rnd, rules, fitted, transfer, opts)
+        if opts.optimizer == "lbfgs" and not fitted.converged and len(built.inst):
+            log.info(
+                "round %d client %s: the scorer fit stopped after %d L-BFGS iterations (scorer_steps) before "
+                "reaching scorer_tol=%g",
+                rnd,
+                self.cid,
+                fitted.iterations,
+                opts.tol,
+            )
+        self._fit = _Fit(rnd, rules, fitted, transfer, recal, built, opts)
         timing = {"time_grounding_s": t1 - t0, "time_fit_s": t2 - t1}
-        return fitted, transfer, built, timing
+        return self._fit, timing
 
     # -- training round (Eq. 2, 8–11) -------------------------------------------------------------------------
     @handles("train")
     def train(self, msg: Message) -> Message:
         rules = rules_from_message(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
-        fitted, transfer, built, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+        fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+        fitted, built = fit.fitted, fit.built
         t0 = time.perf_counter()
         with torch.no_grad():
             q, n = posterior_of(built.inst, rules, fitted.weights.double(), fitted.bias.double(), opts)
@@ -297,31 +330,18 @@ class FedNSLClient(Client):
             "empty_documents": sum(d.num_entities == 0 for d in self.partition.documents),
             "grounded_cells": cache.computed,
             "cached_bodies": cache.cached_bodies(),
+            "scorer_iterations": fitted.iterations,
+            "scorer_converged": int(fitted.converged),
             **timing,
         }
-        return msg.reply(
-            self.cid,
-            arrays={"posterior": q.numpy(), "mask": mask.numpy(), "instances": instances.numpy().astype(np.int64)},
-            metrics=metrics,
-        )
+        arrays = {"posterior": q.numpy(), "mask": mask.numpy(), "instances": instances.numpy().astype(np.int64)}
+        if opts.transfer == "published":  # declared weights (messages.PUBLISHED_FIELDS), owned triples only
+            own = fitted.fitted & (instances > 0)
+            arrays["scorer_weights"] = torch.where(own[:, None], fitted.weights.double(), 0.0).numpy()
+            arrays["scorer_bias"] = torch.where(own, fitted.bias.double(), 0.0).numpy()
+        return msg.reply(self.cid, arrays=arrays, metrics=metrics)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def _predict(
-        self,
-        part: str,
-        rules: RuleSet,
-        rnd: int,
-        fitted: FittedScorer,
-        transfer: TransferScorer,
-        opts: ScorerOptions,
-        personalised: bool,
-    ) -> tuple[_Built, np.ndarray, np.ndarray]:
-        """(built, rule-model logits (M,), uses-personal-scorer (M,) bool)."""
-        built = self._build(part, rules, rnd)
-        logits = predict_logits(built.inst, rules, fitted, transfer, opts, personalised).numpy()
-        personal = fitted.fitted[built.inst.tri].numpy() if personalised else np.zeros(len(built.inst), bool)
-        return built, logits, personal
-
     def _doc_predictions(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> list[np.ndarray]:
         table = self.tables[part]
         docs = table.part.docs
@@ -336,52 +356,161 @@ class FedNSLClient(Client):
                 out[int(d)][h, t, r] = True
         return out
 
+    def _cell_docs(self, part: str, built: _Built) -> np.ndarray:
+        """(M,) document index (within the part) of every instance row."""
+        groups = self.tables[part].groups
+        if not built.blocks:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([groups[blk.ab].doc for blk in built.blocks])
+
+    def _doc_gold(self, part: str) -> np.ndarray:
+        """(D,) gold facts per document of the part (all query cells, known triples or not)."""
+        table = self.tables[part]
+        out = np.zeros(len(table.part.docs), dtype=np.int64)
+        for g in table.groups.values():
+            np.add.at(out, g.doc, g.gold.sum(1).astype(np.int64))
+        return out
+
+    def score_unseen(self, msg: Message) -> dict[str, np.ndarray]:
+        """Unseen-test logits of both transfer routes for an ``evaluate`` message (``prior``, ``published``) —
+        what the server sent decides them (tests perturb the message and check that they move)."""
+        rules = rules_from_message(msg.arrays)
+        opts = scorer_options_from(msg.config, self.options)
+        fit = self._ensure_fit(msg, rules, opts)[0]
+        routes = self._routes(msg, rules, fit)
+        built = self._build("unseen_test", rules, msg.round)
+        return {name: fn(built.inst)[0] for name, fn in routes.items()}
+
+    def _ensure_fit(self, msg: Message, rules: RuleSet, opts: ScorerOptions) -> tuple[_Fit, float]:
+        fit = self._fit
+        if fit is None or fit.rnd != msg.round or not _same_rules(fit.rules, rules) or fit.opts != opts:
+            fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+            return fit, timing["time_grounding_s"]
+        return fit, 0.0
+
+    def _routes(self, msg: Message, rules: RuleSet, fit: _Fit) -> dict[str, Any]:
+        """{route: instances -> (logits (M,), uses-published (M,) bool)} for the unseen cells."""
+        opts = fit.opts
+        gp = msg.arrays.get("global_posterior")
+        dist = None if gp is None else torch.as_tensor(np.asarray(gp, dtype=np.float64))
+        transfer = fit.transfer if dist is None else fit_transfer(fit.built.inst, rules, opts, dist)
+
+        def prior_route(inst: Instances) -> tuple[np.ndarray, np.ndarray]:
+            s = predict_logits(inst, rules, fit.fitted, transfer, opts, personalised=False, dist=dist)
+            return s.numpy(), np.zeros(len(inst), dtype=bool)
+
+        pw, pb, pm = (msg.arrays.get(k) for k in ("published_weights", "published_bias", "published_mask"))
+
+        def published_route(inst: Instances) -> tuple[np.ndarray, np.ndarray]:
+            base, _ = prior_route(inst)
+            if pw is None or pb is None or pm is None or len(inst) == 0:
+                return base, np.zeros(len(inst), dtype=bool)
+            use = np.asarray(pm, dtype=bool)[inst.tri.numpy()]
+            s = published_logits(inst, torch.as_tensor(np.asarray(pw)), torch.as_tensor(np.asarray(pb))).numpy()
+            return np.where(use, s, base), use
+
+        return {"prior": prior_route, "published": published_route}
+
+    def _logic_docs(
+        self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-document golden-rule (body, correct) counts (D, G) of thresholded predictions."""
+        preds = self._doc_predictions(part, built, pred, rules)
+        body = np.zeros((len(preds), len(self.golden)), dtype=np.int64)
+        corr = np.zeros_like(body)
+        for d, (p, m) in enumerate(zip(preds, self._masks[part])):
+            body[d], corr[d] = logic_counts([p], self.golden, [m])
+        return body, corr
+
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         t_start = time.perf_counter()
         rules = rules_from_message(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
-        fit = self._fit
-        tg = 0.0
-        if fit is None or fit[0] != msg.round or not _same_rules(fit[1], rules):
-            fitted, transfer, _, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
-            tg += timing["time_grounding_s"]
-        else:
-            _, _, fitted, transfer, opts = fit
-        hold, hold_logits, hold_personal = self._predict("holdout", rules, msg.round, fitted, transfer, opts, True)
-        hold_transfer = predict_logits(hold.inst, rules, fitted, transfer, opts, personalised=False).numpy()
+        fit, tg = self._ensure_fit(msg, rules, opts)
+        fitted, recal = fit.fitted, fit.recal
+        routes = self._routes(msg, rules, fit)
+        rnd = msg.round
+        # thresholds: the client's own seen-combo hold-out only
+        hold = self._build("holdout", rules, rnd)
         y_hold = hold.inst.y.numpy() > 0.5
-        x_hold = hold.inst.passthrough.numpy()
-        th_personal = best_threshold(np.where(hold_personal, hold_logits, -np.inf), y_hold, hold.total_gold)
-        th_transfer = best_threshold(hold_transfer, y_hold, hold.total_gold)
-        th_backbone = best_threshold(x_hold, y_hold, hold.total_gold)
+        hold_personal = fitted.fitted[hold.inst.tri].numpy()
+        hold_logits = predict_logits(hold.inst, rules, fitted, fit.transfer, opts, True).numpy()
+        prior_hold = routes["prior"](hold.inst)[0]
+        th = {
+            "personal": best_threshold(np.where(hold_personal, hold_logits, -np.inf), y_hold, hold.total_gold),
+            "transfer": best_threshold(prior_hold, y_hold, hold.total_gold),
+            "backbone": best_threshold(hold.inst.passthrough.numpy(), y_hold, hold.total_gold),
+            "recal": best_threshold(recal.logits(hold.inst, True).numpy(), y_hold, hold.total_gold),
+            "recal_pooled": best_threshold(recal.logits(hold.inst, False).numpy(), y_hold, hold.total_gold),
+        }
+
+        def unseen_preds(inst: Instances) -> dict[str, np.ndarray]:
+            out = {}
+            for name, fn in routes.items():
+                s, published = fn(inst)
+                out[f"{name}_"] = np.where(published, s >= th["personal"], s >= th["transfer"])
+            out[""] = out[f"{opts.transfer}_"]
+            out["backbone_"] = inst.passthrough.numpy() >= th["backbone"]
+            out["recal_"] = recal.logits(inst, False).numpy() >= th["recal_pooled"]
+            return out
+
+        def seen_preds(inst: Instances) -> dict[str, np.ndarray]:
+            personal = fitted.fitted[inst.tri].numpy()
+            logits = predict_logits(inst, rules, fitted, fit.transfer, opts, True).numpy()
+            return {
+                "": np.where(personal, logits >= th["personal"], logits >= th["transfer"]),
+                "backbone_": inst.passthrough.numpy() >= th["backbone"],
+                "recal_": recal.logits(inst, True).numpy() >= th["recal"],
+            }
+
         metrics: dict[str, float] = {}
         arrays: dict[str, np.ndarray] = {}
+        uh = self._build("unseen_holdout", rules, rnd)
+        for variant, p in unseen_preds(uh.inst).items():
+            c = prf_counts(p, uh.inst.y.numpy() > 0.5, uh.in_train, uh.total_gold)
+            if c.n_gold:
+                metrics[f"holdout_{variant}unseen_f1"] = c.f1
         for part, key in (("seen_test", "seen"), ("unseen_test", "unseen")):
-            built, logits, personal = self._predict(part, rules, msg.round, fitted, transfer, opts, key == "seen")
+            built = self._build(part, rules, rnd)
             y = built.inst.y.numpy() > 0.5
-            pred = np.where(personal, logits >= th_personal, logits >= th_transfer)
-            pred_bb = built.inst.passthrough.numpy() >= th_backbone
-            for prefix, p in (("", pred), ("backbone_", pred_bb)):
+            preds = seen_preds(built.inst) if key == "seen" else unseen_preds(built.inst)
+            if key == "unseen":
+                pm = msg.arrays.get("published_mask")
+                if pm is not None:
+                    metrics["published_triples"] = int(np.asarray(pm, bool)[np.unique(built.inst.tri.numpy())].sum())
+            cell_doc = self._cell_docs(part, built)
+            doc_gold = self._doc_gold(part)
+            ndocs = len(doc_gold)
+            for prefix, p in preds.items():
                 counts: PRF = prf_counts(p, y, built.in_train, built.total_gold)
                 metrics.update(counts.metrics(f"{prefix}{key}_"))
+                tp = p & y
+                per_doc = np.stack(
+                    [
+                        np.bincount(cell_doc[tp], minlength=ndocs),
+                        np.bincount(cell_doc[p], minlength=ndocs),
+                        doc_gold,
+                        np.bincount(cell_doc[tp & built.in_train], minlength=ndocs),
+                    ],
+                    1,
+                ).astype(np.int64)
+                arrays[f"docs_{prefix}{key}"] = per_doc
                 if self.golden:
-                    body, correct = logic_counts(
-                        self._doc_predictions(part, built, p, rules), self.golden, self._masks[part]
-                    )
-                    arrays[f"logic_body_{prefix}{key}"] = body
-                    arrays[f"logic_correct_{prefix}{key}"] = correct
+                    body_d, corr_d = self._logic_docs(part, built, p, rules)
+                    body, correct = body_d.sum(0), corr_d.sum(0)
+                    arrays[f"doclogic_body_{prefix}{key}"] = body_d
+                    arrays[f"doclogic_correct_{prefix}{key}"] = corr_d
+                    if prefix in ("", "backbone_"):
+                        arrays[f"logic_body_{prefix}{key}"] = body
+                        arrays[f"logic_correct_{prefix}{key}"] = correct
                     value = logic_from_counts(body, correct)
                     if not math.isnan(value):
                         metrics[f"{prefix}{key}_logic"] = value
             metrics[f"facts_unknown_triple_{key}"] = built.unknown
-        for name, th in (
-            ("threshold_personal", th_personal),
-            ("threshold_transfer", th_transfer),
-            ("threshold_backbone", th_backbone),
-        ):
-            if math.isfinite(th):
-                metrics[name] = th
+        for name, value in th.items():
+            if math.isfinite(value):
+                metrics[f"threshold_{name}"] = value
         metrics["num_examples"] = int(sum(t.num_cells for k, t in self.tables.items() if k != "train"))
         metrics["time_grounding_s"] = tg
         metrics["time_eval_s"] = time.perf_counter() - t_start

@@ -22,12 +22,15 @@ __all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data
 
 _CHOICES = {
     "kl_direction": ("reverse", "forward"),
-    "prior_source": ("counts", "renormalised"),
+    "prior_source": ("renormalised", "counts", "mixed"),
     "posterior_instances": ("all", "positive"),
     "pool_mode": ("momentum", "mixture"),
     "path_score": ("graph", "cached_path", "max_edge"),
     "mining_edges": ("backbone", "combo", "all"),
     "scorer_bias_init": ("base_rate", "uniform"),
+    "kl_scale": ("per_cell", "per_triple"),
+    "scorer_optimizer": ("lbfgs", "adam"),
+    "transfer": ("prior", "published"),
 }
 
 
@@ -60,14 +63,20 @@ class FedNSLConfig:
     max_body_len: int = 3
     kl_weight: float = 0.1  # λ (Eq. 2)
     kl_direction: str = "reverse"  # KL(q‖p) (reverse) or KL(p‖q) (forward); spec §8.3
-    prior_source: str = "counts"  # p_θ over the J bodies: n_j/N or renormalised T_θ
+    # the same p_θ in the posterior (Eq. 9) and in the KL (Eq. 11): renormalised T_θ, or n_j/N ("counts": the
+    # posterior too), or mixed (the old reading: log T_θ in Eq. 9, n_j/N in the KL)
+    prior_source: str = "renormalised"
     count_correction: bool = False  # LogiRE's /n_j in H and ·n_j in q (spec §8.1); off: q ∝ T_θ·exp(½yw φ)
-    posterior_instances: str = "positive"  # instances averaged into q_t: positives, or all cells (LogiRE)
-    pass_through: bool = True  # the backbone value x_r(h,t) as a fixed feature ([r] pass-through rule)
-    scorer_steps: int = 150
-    scorer_lr: float = 0.1
-    scorer_weight_decay: float = 0.0
+    posterior_instances: str = "all"  # instances averaged into q_t: all labelled cells (LogiRE), or positives
+    pass_through: bool = False  # x_r(h,t) as an extra feature outside the KL (old); off: the body [r] carries it
+    kl_scale: str = "per_cell"  # KL weighted by each triple's cells / all cells (the BCE's scale), or per_triple
+    scorer_optimizer: str = "lbfgs"  # lbfgs (to scorer_tol) or adam (scorer_steps steps of scorer_lr)
+    scorer_tol: float = 1e-5  # L-BFGS tolerance on the max-abs gradient of the loss summed over cells; iterations logged
+    scorer_steps: int = 150  # max L-BFGS iterations / Adam steps
+    scorer_lr: float = 0.1  # Adam only
+    scorer_weight_decay: float = 1e-3  # L2 on (w, u) (makes the fit strictly convex so L-BFGS converges)
     scorer_bias_init: str = "base_rate"  # b_t at the local positive-rate logit, or "uniform" U(-1,1) (LogiRE)
+    transfer: str = "published"  # route to unseen cells: prior (aggregated posterior) | published (owners' scorer)
     transfer_top: int = 5  # transfer scorer: best of the k most probable bodies
     pool_mode: str = "momentum"  # server pool update (spec §8.9): LogiRE momentum or A.10 mixture
     pool_ratio: float = 0.1
@@ -87,6 +96,11 @@ class FedNSLConfig:
         for name, valid in _CHOICES.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"method_kwargs.{name} must be one of {valid}, got {getattr(self, name)!r}")
+        if self.transfer == "published" and self.pass_through:
+            raise ValueError(
+                "method_kwargs.transfer: published publishes (w, b) only; it needs pass_through: false "
+                "(the body [r] carries x_r)"
+            )
         if self.kl_weight < 0:
             raise ValueError(f"method_kwargs.kl_weight (λ) must be >= 0, got {self.kl_weight}")
         if not 0.0 <= self.pool_ratio <= 1.0:
@@ -94,8 +108,10 @@ class FedNSLConfig:
         for name in ("num_samples", "max_body_len", "top_k", "min_instances"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"method_kwargs.{name} must be >= 1, got {getattr(self, name)}")
-        if self.scorer_steps < 0 or self.scorer_lr <= 0:
-            raise ValueError("method_kwargs.scorer_steps must be >= 0 and scorer_lr > 0")
+        if self.scorer_steps < 0 or self.scorer_lr <= 0 or self.scorer_tol <= 0 or self.scorer_weight_decay < 0:
+            raise ValueError(
+                "method_kwargs.scorer_steps and scorer_weight_decay must be >= 0, scorer_lr and scorer_tol > 0"
+            )
         if not isinstance(self.backbone, dict) or "name" not in self.backbone:
             raise ValueError(
                 "method_kwargs.backbone must be a mapping with a 'name' (federated-features, logire-dump, oracle)"
@@ -104,7 +120,8 @@ class FedNSLConfig:
 
     def scorer_options(self) -> ScorerOptions:
         """The client-fit options of this config: each :data:`~.messages.SCORER_KEYS` entry is the option of the
-        same name here, or ``scorer_<name>`` (``steps``, ``lr``, ``weight_decay``, ``bias_init``)."""
+        same name here, or ``scorer_<name>`` (``steps``, ``lr``, ``weight_decay``, ``bias_init``, ``optimizer``,
+        ``tol``)."""
         return ScorerOptions(**{k: getattr(self, k if hasattr(self, k) else f"scorer_{k}") for k in SCORER_KEYS})
 
     def backbone_spec(self) -> tuple[str, dict[str, Any]]:
@@ -126,6 +143,8 @@ class FedNSLDataConfig:
     synthetic: dict[str, Any] = field(default_factory=dict)  # PlantedRuleConfig fields (path == "synthetic")
     synthetic_seed: int = 0
     num_clients: int = 4
+    split: str = "paper"  # paper: one client per combo (cycle); shared: a data-rich and a data-poor client per combo
+    poor_share: float = 0.2  # shared split: the data-poor client's share of its combo's documents
     groups: Any = None  # [[types of A], [types of B]], "a,b|c,d", or None (corpus default)
     split_seed: int = 0
     test_ratio: float = 0.25
@@ -137,6 +156,10 @@ class FedNSLDataConfig:
     def __post_init__(self) -> None:
         if self.num_clients < 1:
             raise ValueError(f"data.num_clients must be >= 1, got {self.num_clients}")
+        if self.split not in ("paper", "shared"):
+            raise ValueError(f"data.split must be 'paper' or 'shared', got {self.split!r}")
+        if not 0.0 < self.poor_share < 0.5:
+            raise ValueError(f"data.poor_share must be in (0, 0.5), got {self.poor_share}")
         if self.max_docs is not None and self.max_docs < self.num_clients:
             raise ValueError(f"data.max_docs={self.max_docs} is smaller than data.num_clients={self.num_clients}")
 

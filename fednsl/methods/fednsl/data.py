@@ -116,7 +116,14 @@ def build_data(data: FedNSLDataConfig, method: FedNSLConfig, seed: int) -> FedNS
     if isinstance(groups, str):
         groups = NerGroupSplit.parse(groups)
     parts = split_clients(
-        corpus, data.num_clients, groups, seed=data.split_seed, test_ratio=data.test_ratio, holdout=data.holdout
+        corpus,
+        data.num_clients,
+        groups,
+        seed=data.split_seed,
+        test_ratio=data.test_ratio,
+        holdout=data.holdout,
+        scheme=data.split,
+        poor_share=data.poor_share,
     )
     ids = [client_id(k, len(parts)) for k in range(len(parts))]
     cdocs = [ClientDocs(cid, p.seen, list(p.train), list(p.holdout), list(p.test)) for cid, p in zip(ids, parts)]

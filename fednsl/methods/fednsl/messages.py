@@ -9,13 +9,23 @@ Client → server:
   ``triples`` (K, 3) ids, ``bodies`` (K, B, L) ids, ``probs`` (K, B) distribution over the real bodies
   (``mask``), ``instances`` (K,) number of labelled facts per triple;
 - ``train``: ``posterior`` (T, J) distribution over each triple's bodies (Eq. 10; rows of triples without local
-  instances are all zero, ``mask`` false), ``instances`` (T,) counts;
+  instances are all zero, ``mask`` false), ``instances`` (T,) counts; with ``transfer: published`` (beyond the
+  paper) also the fitted per-triple scorer parameters :data:`PUBLISHED_FIELDS`: ``scorer_weights`` (T, J)
+  rule weights w_t and ``scorer_bias`` (T,) biases b_t (zero for triples without local instances);
 - ``evaluate``: scalar metrics and, with golden rules, per-rule logic counts (K_g,) for the seen/unseen tests
-  of the rule model and of the backbone alone.
+  of the rule model and of the backbone alone, and per-test-document counts (:data:`DOC_ARRAYS`: true
+  positives, predictions, gold facts, true positives in train; logic body/correct counts per rule) that the
+  ablation bootstraps over documents.
+
+Server → client, ``evaluate`` only (after the round's aggregation, :data:`EVAL_REQUEST_SCHEMA`):
+``global_posterior`` (T, J) the instance-weighted mean of the clients' posteriors (the aggregated posterior of
+Eq. 10 that the ``transfer: prior`` route scores unseen cells with) and, with ``transfer: published``,
+``published_weights`` (T, J), ``published_bias`` (T,) and ``published_mask`` (T,) (the owners' mean scorer).
 
 The runner validates every reply (distributions: non-negative, rows sum to 1 over the mask, masked entries 0,
 finite) and rejects undeclared fields — the privacy boundary: only probabilities, ids and counts leave a
-client (scorer weights, documents and backbone values never do).
+client, plus — only under ``transfer: published`` — the per-triple scorer weights and biases named in
+:data:`PUBLISHED_FIELDS` (documents, backbone values and path values never do).
 
 Both sides build and read these messages through this module: the rule set (:class:`RuleSet`,
 :func:`rules_to_arrays` / :func:`rules_from_message`) and the scorer options the server sends with it
@@ -33,7 +43,7 @@ import numpy as np
 import torch
 
 from fednsl.federation.records import ArraySpec, ConfigValue, Schema
-from fednsl.methods.fednsl.posterior import KLDirection, PriorSource, prior_distribution
+from fednsl.methods.fednsl.posterior import KLDirection, PriorSource, prior_distribution  # noqa: F401
 
 __all__ = [
     "RULE_ARRAYS",
@@ -53,6 +63,12 @@ __all__ = [
     "scorer_config",
     "scorer_options_from",
     "stats_schema",
+    "train_schema",
+    "EVAL_REQUEST_SCHEMA",
+    "PUBLISHED_FIELDS",
+    "DOC_ARRAYS",
+    "EVAL_VARIANTS",
+    "TRANSFER_ROUTES",
 ]
 
 RULE_ARRAYS = ("triples", "bodies", "log_prior", "counts", "mask")
@@ -113,18 +129,25 @@ def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
 
 @dataclass(frozen=True)
 class ScorerOptions:
-    """Hyper-parameters of the client fit (all from config)."""
+    """Hyper-parameters of the client fit (all from config). Defaults are the fixed Eq. 11 of issue 17: the
+    renormalised T_θ in the posterior *and* in the KL, posteriors over all labelled cells, no pass-through
+    feature (the body [r] carries x_r), KL on the BCE's per-cell scale, an L-BFGS fit to a gradient
+    tolerance."""
 
     kl_weight: float = 0.1
     kl_direction: KLDirection = "reverse"
-    prior_source: PriorSource = "counts"
+    prior_source: Literal["renormalised", "counts", "mixed"] = "renormalised"
     count_correction: bool = False
-    pass_through: bool = True
-    posterior_instances: Literal["all", "positive"] = "positive"
+    pass_through: bool = False
+    posterior_instances: Literal["all", "positive"] = "all"
+    kl_scale: Literal["per_cell", "per_triple"] = "per_cell"
+    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
+    tol: float = 1e-5
     steps: int = 150
     lr: float = 0.1
-    weight_decay: float = 0.0
+    weight_decay: float = 1e-3
     bias_init: Literal["uniform", "base_rate"] = "base_rate"
+    transfer: Literal["prior", "published"] = "published"
     transfer_steps: int = 100
     transfer_top: int = 5
 
@@ -143,6 +166,13 @@ def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> Sc
     """Scorer options sent by the server in ``msg.config`` (falling back to the client's defaults)."""
     return dataclasses.replace(default, **{k: config[k] for k in SCORER_KEYS if k in config})
 
+
+#: Routes from the global prior to the unseen cells (issue 17 item 2): "prior" = the aggregated posterior over
+#: φ (paper-faithful), "published" = the owners' mean per-triple scorer (beyond the paper).
+TRANSFER_ROUTES = ("prior", "published")
+#: Fields a client adds to its ``train`` reply under ``transfer: published`` (float parameters, not
+#: distributions: the only such fields that may leave a client).
+PUBLISHED_FIELDS = ("scorer_weights", "scorer_bias")
 
 STATS_METRICS = ("num_examples", "triples", "bodies", "documents", "extra_edges", "skipped_untyped", "time_s")
 STATS_SCHEMA = Schema(
@@ -189,15 +219,33 @@ TRAIN_METRICS = (
     "time_posterior_s",
     "grounded_cells",
     "cached_bodies",
+    "scorer_iterations",
+    "scorer_converged",
+    "degenerate_priors",
 )
-TRAIN_SCHEMA = Schema(
-    arrays=(
-        ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
-        ArraySpec("mask", "mask", "bool", ("T", "J")),
-        ArraySpec("instances", "counts", "int", ("T",)),
-    ),
-    metrics=TRAIN_METRICS,
+_TRAIN_ARRAYS = (
+    ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
+    ArraySpec("mask", "mask", "bool", ("T", "J")),
+    ArraySpec("instances", "counts", "int", ("T",)),
 )
+TRAIN_SCHEMA = Schema(arrays=_TRAIN_ARRAYS, metrics=TRAIN_METRICS)
+
+
+def train_schema(transfer: str) -> Schema:
+    """The ``train`` reply schema: :data:`TRAIN_SCHEMA`, plus :data:`PUBLISHED_FIELDS` (declared weights) when
+    ``transfer == "published"``."""
+    if transfer not in TRANSFER_ROUTES:
+        raise ValueError(f"transfer must be one of {TRANSFER_ROUTES}, got {transfer!r}")
+    if transfer != "published":
+        return TRAIN_SCHEMA
+    return Schema(
+        arrays=(
+            *_TRAIN_ARRAYS,
+            ArraySpec("scorer_weights", "weights", "float", ("T", "J")),
+            ArraySpec("scorer_bias", "weights", "float", ("T",)),
+        ),
+        metrics=TRAIN_METRICS,
+    )
 
 # server → client: the round's rule set; T triples and J bodies per triple bind the train reply's sizes
 RULES_REQUEST_SCHEMA = Schema(
@@ -211,13 +259,32 @@ RULES_REQUEST_SCHEMA = Schema(
     any_config=True,
 )
 
+# server → client at evaluation: the rule set plus the round's aggregate (optional fields)
+EVAL_REQUEST_SCHEMA = Schema(
+    arrays=(
+        *RULES_REQUEST_SCHEMA.arrays,
+        ArraySpec("global_posterior", "distribution", "float", ("T", "J"), mask="mask", required=False),
+        ArraySpec("published_weights", "weights", "float", ("T", "J"), required=False),
+        ArraySpec("published_bias", "weights", "float", ("T",), required=False),
+        ArraySpec("published_mask", "mask", "bool", ("T",), required=False),
+    ),
+    any_config=True,
+)
+
+#: Evaluated models (metric prefixes), all from one fitted state: the full FedNSL model (""), the backbone
+#: alone, per-triple recalibration only (φ zeroed: a_t·x_r + b_t on seen cells, a pooled a·x_r + b on unseen
+#: cells — the "no transfer" unseen scorer), and each transfer route on the unseen cells.
+EVAL_VARIANTS = ("", "backbone_", "recal_", "prior_", "published_")
 _PRF = ("f1", "precision", "recall", "ign_f1", "tp", "n_pred", "n_gold", "tp_in_train")
 EVAL_METRICS = tuple(
-    f"{model}{part}_{m}" for model in ("", "backbone_") for part in ("seen", "unseen") for m in (*_PRF, "logic")
-) + (
+    f"{model}{part}_{m}" for model in EVAL_VARIANTS for part in ("seen", "unseen") for m in (*_PRF, "logic")
+) + tuple(f"holdout_{model}unseen_f1" for model in EVAL_VARIANTS) + (
     "threshold_personal",
     "threshold_transfer",
     "threshold_backbone",
+    "threshold_recal",
+    "threshold_recal_pooled",
+    "published_triples",
     "time_grounding_s",
     "time_eval_s",
     "facts_unknown_triple_seen",
@@ -230,7 +297,18 @@ LOGIC_ARRAYS = tuple(
     for part in ("seen", "unseen")
     for kind in ("body", "correct")
 )
+#: Per-test-document counts of every variant and part: ``docs_<variant><part>`` (D, 4) = (tp, n_pred, n_gold,
+#: tp_in_train) and, with golden rules, ``doclogic_body_<variant><part>`` / ``doclogic_correct_...`` (D, G).
+DOC_ARRAYS = tuple(f"docs_{model}{part}" for model in EVAL_VARIANTS for part in ("seen", "unseen"))
+DOC_LOGIC_ARRAYS = tuple(
+    f"doclogic_{kind}_{model}{part}"
+    for model in EVAL_VARIANTS
+    for part in ("seen", "unseen")
+    for kind in ("body", "correct")
+)
 EVAL_SCHEMA = Schema(
-    arrays=tuple(ArraySpec(name, "counts", "int", ("G",), required=False) for name in LOGIC_ARRAYS),
+    arrays=tuple(ArraySpec(name, "counts", "int", ("G",), required=False) for name in LOGIC_ARRAYS)
+    + tuple(ArraySpec(name, "counts", "int", (None, 4), required=False) for name in DOC_ARRAYS)
+    + tuple(ArraySpec(name, "counts", "int", (None, "G"), required=False) for name in DOC_LOGIC_ARRAYS),
     metrics=EVAL_METRICS,
 )

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["evaluate_curves", "plot_fednsl", "plot_overlay"]
+__all__ = ["evaluate_curves", "plot_fednsl", "plot_overlay", "COLOURS", "MODELS"]
 
 
 def evaluate_curves(run_dir: Path | str) -> dict[str, list[tuple[int, float]]]:
@@ -34,52 +34,47 @@ def evaluate_curves(run_dir: Path | str) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def _panel(ax, curves: Mapping[str, list[tuple[int, float]]], keys: Sequence[tuple[str, str, str]], title: str) -> bool:
+#: One colour per model in every FedNSL figure; seen = solid line, unseen = dashed.
+COLOURS = {"FedNSL": "tab:blue", "recalibration only": "tab:orange", "backbone": "tab:gray"}
+MODELS = (("FedNSL", ""), ("recalibration only", "recal_"), ("backbone", "backbone_"))
+
+
+def _panel(ax, curves: Mapping[str, list[tuple[int, float]]], metric: str, title: str, group: str = "") -> bool:
+    """One panel: each model of :data:`MODELS`, seen (solid) and unseen (dashed), integer round axis."""
+    from matplotlib.ticker import MaxNLocator
+
     drawn = False
-    for key, label, style in keys:
-        pts = curves.get(key)
-        if not pts:
-            continue
-        xs, ys = zip(*sorted(pts))
-        ax.plot(xs, ys, style, label=label, marker="o", ms=3)
-        drawn = True
+    for label, prefix in MODELS:
+        for part, style in (("seen", "-"), ("unseen", "--")):
+            pts = curves.get(f"{group}{prefix}{part}_{metric}")
+            if not pts:
+                continue
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, style, color=COLOURS[label], label=f"{label} {part}", marker="o", ms=3)
+            drawn = True
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     return drawn
 
 
 def plot_fednsl(run_dir: Path | str) -> Path | None:
-    """RUN_DIR/plots/fednsl_f1_logic.png: (b1) F1 seen/unseen, (b2) logic accuracy, rule model vs backbone."""
+    """RUN_DIR/plots/fednsl_f1_logic.png — the claim: the rule model (seen: per-triple rules; unseen: the
+    transfer route) against recalibration only (φ zeroed) and the backbone alone, seen and unseen, F1 and logic
+    accuracy (the paper's Fig. 2 b1–b2); a third panel for the data-poor clients of the shared split."""
     run_dir = Path(run_dir)
     curves = evaluate_curves(run_dir)
     if not curves:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    _panel(
-        axes[0],
-        curves,
-        [
-            ("seen_f1", "FedNSL seen", "-"),
-            ("unseen_f1", "FedNSL unseen", "-"),
-            ("backbone_seen_f1", "backbone seen", "--"),
-            ("backbone_unseen_f1", "backbone unseen", "--"),
-        ],
-        "(b1) F1 (mean over clients)",
-    )
-    _panel(
-        axes[1],
-        curves,
-        [
-            ("seen_logic", "FedNSL seen", "-"),
-            ("unseen_logic", "FedNSL unseen", "-"),
-            ("backbone_seen_logic", "backbone seen", "--"),
-            ("backbone_unseen_logic", "backbone unseen", "--"),
-        ],
-        "(b2) logic accuracy",
-    )
+    poor = any(k.startswith("poor_") for k in curves)
+    fig, axes = plt.subplots(1, 3 if poor else 2, figsize=(15 if poor else 10, 3.8))
+    _panel(axes[0], curves, "f1", "(b1) F1, mean over clients")
+    _panel(axes[1], curves, "logic", "(b2) logic accuracy")
+    if poor:
+        _panel(axes[2], curves, "f1", "F1, data-poor clients", group="poor_")
     fig.tight_layout()
     path = run_dir / "plots" / "fednsl_f1_logic.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +106,9 @@ def plot_overlay(
                 ax.fill_between(xs, mean - std, mean + std, alpha=0.15)
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel("round")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if title:

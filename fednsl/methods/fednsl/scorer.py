@@ -9,17 +9,25 @@ relation, i.e. the length-1 body [r] kept as a fixed *pass-through* feature (``p
 w (T, J_max) masked to the real bodies, u (T,), b (T,). Weights are re-initialised every round (App. A.6) as
 LogiRE does: w, b ~ U(−1, 1) (kaiming_uniform with a=√5 on a (J,1) tensor is U(−1, 1)), u ~ U(−1, 1).
 
-Loss (Eq. 2 with the exact likelihood of Eq. 8, spec §8.4):
+Loss (Eq. 2 with the exact likelihood of Eq. 8, spec §8.4; the fixed Eq. 11 of issue 17):
 
-    L(w) = Σ_i ω_i BCE(σ(s_i), y_i) / Σ_i ω_i  +  λ · mean_{t active} KL_t(q_t(w), p_t)
+    L(w) = Σ_i ω_i BCE(σ(s_i), y_i) / Σ_i ω_i  +  λ · Σ_t n_t KL_t(q_t(w), p_t) / Σ_t n_t  +  ½ δ (‖w‖² + ‖u‖²)
 
 with q_t the triple posterior of Eq. 9–10 (:mod:`.posterior`) over the posterior instances (all labelled cells,
-as LogiRE, or only the positive ones), minimised by full-batch Adam.
+as LogiRE, or only the positive ones) and n_t the triple's training cells, so that the KL, like the BCE, is a
+mean over cells (``kl_scale="per_cell"``; ``"per_triple"`` = the old mean over active triples). The prior p_t
+is the same in Eq. 9 and in the KL (``prior_source``: renormalised T_θ, n_j/N, or ``"mixed"`` = the old
+log T_θ in Eq. 9 with n_j/N in the KL). Minimised by L-BFGS (strong Wolfe) to a gradient tolerance
+(``optimizer="lbfgs"``, iterations reported) or by a fixed number of full-batch Adam steps.
 
 Triples without local instances cannot be fitted; for them (e.g. every triple of the unseen combo) the client
-uses the *transfer scorer*, three parameters fitted on the same local instances:
+uses the *transfer scorer*, a few parameters fitted on the same local instances, over a distribution G over the
+bodies that the server sent (the aggregated posterior for ``transfer: prior``):
 
-    s_i = κ · Σ_j p_tj φ_ij + κ_u · x_r(h, t) + β           (prior-weighted rule evidence, p = server prior)
+    s_i = κ · Σ_j G_tj φ_ij + κ_top · max_{j ∈ top-k(G_t)} φ_ij + κ_u · x_r(h, t) + β
+
+or, with ``transfer: published``, the owners' mean scorer s_i = Σ_j W̄_tj φ_ij + b̄_t (:func:`published_logits`).
+The recalibration-only baseline (:func:`fit_recalibration`) zeroes φ: s_i = a_t·x_r(h, t) + c_t per triple.
 """
 
 from __future__ import annotations
@@ -47,6 +55,12 @@ __all__ = [
     "posterior_of",
     "predict_logits",
     "transfer_features",
+    "Recalibration",
+    "fit_recalibration",
+    "published_logits",
+    "kl_prior",
+    "posterior_log_prior",
+    "scorer_objective",
 ]
 
 
@@ -90,6 +104,8 @@ class FittedScorer:
     bias: torch.Tensor
     fitted: torch.Tensor
     history: dict[str, list[float]] = field(default_factory=dict)
+    iterations: int = 0  # optimiser iterations (L-BFGS) or steps (Adam)
+    converged: bool = False  # L-BFGS: max |gradient| <= tol at the end; Adam: never claimed
 
 
 @dataclass
@@ -126,15 +142,28 @@ def _posterior_instances(inst: Instances, opts: ScorerOptions) -> Instances:
     raise ValueError(f"posterior_instances must be 'all' or 'positive', got {opts.posterior_instances!r}")
 
 
+def kl_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
+    """p_t (T, J) of the KL (Eq. 11): renormalised T_θ, or n_j/N for ``counts`` and ``mixed``."""
+    return rules.prior("renormalised" if opts.prior_source == "renormalised" else "counts")
+
+
+def posterior_log_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
+    """The log prior of Eq. 9 (T, J): log T_θ (its renormalisation is a per-triple constant that cancels in
+    Eq. 10) for ``renormalised`` and ``mixed``, log(n_j/N) for ``counts`` — so that, except under ``mixed``,
+    the posterior and the KL use the same p_t."""
+    if opts.prior_source == "counts":
+        return torch.log(rules.prior("counts").clamp_min(1e-300))
+    return rules.log_prior.double()
+
+
 def posterior_of(
     inst: Instances, rules: RuleSet, w: torch.Tensor, b: torch.Tensor, opts: ScorerOptions
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(q (T, J), instances (T,)): Eq. 9–10 averaged over the posterior instances (differentiable)."""
     pi = _posterior_instances(inst, opts)
     y_sign = pi.y * 2.0 - 1.0
-    h = score_h(
-        pi.phi, pi.tri, y_sign, w, b, rules.log_prior.to(w.dtype), rules.counts, rules.mask, opts.count_correction
-    )
+    lp = posterior_log_prior(rules, opts).to(w.dtype)
+    h = score_h(pi.phi, pi.tri, y_sign, w, b, lp, rules.counts, rules.mask, opts.count_correction)
     log_q = instance_log_posterior(h, pi.tri, rules.counts, rules.mask, opts.count_correction)
     return triple_posterior(log_q, pi.tri, rules.num_triples, pi.weight)
 
@@ -142,8 +171,9 @@ def posterior_of(
 def fit_scorer(
     inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: torch.Generator, dtype: torch.dtype = torch.float32
 ) -> FittedScorer:
-    """Minimise BCE + λ·KL over (w, u, b) from a fresh initialisation: w, u ~ U(−1, 1) from ``generator``;
-    b at the logit of the triple's local positive rate (``bias_init="base_rate"``) or U(−1, 1) (LogiRE)."""
+    """Minimise BCE + λ·KL (+ L2) over (w, u, b) from a fresh initialisation: w, u ~ U(−1, 1) from ``generator``;
+    b at the logit of the triple's local positive rate (``bias_init="base_rate"``) or U(−1, 1) (LogiRE).
+    L-BFGS runs in float64 (``dtype`` applies to Adam)."""
     T, J = rules.num_triples, rules.num_bodies
     mask = rules.mask
     w0 = (torch.rand(T, J, generator=generator, dtype=torch.float64) * 2 - 1) * mask
@@ -158,6 +188,10 @@ def fit_scorer(
         b0 = torch.where(tot > 0, torch.log(rate / (1 - rate)), b0)
     elif opts.bias_init not in ("uniform", "base_rate"):
         raise ValueError(f"bias_init must be 'uniform' or 'base_rate', got {opts.bias_init!r}")
+    if opts.optimizer == "lbfgs":
+        dtype = torch.float64
+    elif opts.optimizer != "adam":
+        raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {opts.optimizer!r}")
     w = w0.to(dtype).requires_grad_(True)
     u = u0.to(dtype).requires_grad_(True)
     b = b0.to(dtype).requires_grad_(True)
@@ -173,29 +207,148 @@ def fit_scorer(
         inst.y.to(dtype),
         None if inst.weight is None else inst.weight.to(dtype),
     )
-    prior = rules.prior(opts.prior_source).to(dtype)
     maskf = mask.to(dtype)
     params = [w, u, b] if opts.pass_through else [w, b]
-    opt = torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    use_kl = opts.kl_weight > 0
-    for _ in range(max(0, opts.steps)):
-        opt.zero_grad()
-        wm = w * maskf
-        bce = _bce(_logits(inst, wm, u, b, opts.pass_through), inst.y, inst.weight)
-        loss = bce
-        kl_val = torch.zeros((), dtype=dtype)
-        if use_kl:
-            q, n_post = posterior_of(inst, rules, wm, b, opts)
-            active = n_post > 0
-            if bool(active.any()):
-                kl_val = kl_divergence(q, prior, mask, opts.kl_direction)[active].mean()
-                loss = bce + opts.kl_weight * kl_val
-        loss.backward()
-        opt.step()
+    lbfgs = opts.optimizer == "lbfgs"
+
+    def objective() -> torch.Tensor:
+        loss, bce, kl_val = scorer_objective(inst, rules, w * maskf, u, b, opts, l2=lbfgs)
         history["loss"].append(float(loss.detach()))
         history["bce"].append(float(bce.detach()))
         history["kl"].append(float(kl_val.detach()))
-    return FittedScorer((w * maskf).detach(), u.detach(), b.detach(), fitted, history)
+        return loss
+
+    iterations, converged = 0, False
+    if lbfgs and opts.steps > 0:
+        opt = torch.optim.LBFGS(
+            params,
+            lr=1.0,
+            max_iter=opts.steps,
+            max_eval=opts.steps * 2,
+            tolerance_grad=opts.tol,
+            tolerance_change=1e-12,
+            history_size=20,
+            line_search_fn="strong_wolfe",
+        )
+
+        # the tolerance applies to the summed-over-cells loss (the same minimiser): on the mean, a triple with
+        # n_t of M cells has gradients ~n_t/M and would meet any fixed tolerance at once
+        scale = float(n_per.sum())
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = objective() * scale
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        iterations = int(opt.state[opt._params[0]].get("n_iter", 0))
+        opt.zero_grad()
+        (objective() * scale).backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        converged = bool(max(float(g.abs().max()) for g in grads) <= opts.tol * 10) if grads else True
+    elif opts.steps > 0:
+        opt_adam = torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
+        for _ in range(opts.steps):
+            opt_adam.zero_grad()
+            objective().backward()
+            opt_adam.step()
+        iterations = opts.steps
+    return FittedScorer(
+        (w * maskf).detach(), u.detach(), b.detach(), fitted, history, iterations=iterations, converged=converged
+    )
+
+
+def scorer_objective(
+    inst: Instances,
+    rules: RuleSet,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    b: torch.Tensor,
+    opts: ScorerOptions,
+    l2: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, BCE, KL term) of the client fit (module docstring): BCE mean over cells + λ·KL on the
+    ``kl_scale`` (per_cell: Σ_t n_t KL_t / Σ_t n_t) + ½ δ (‖w‖² + ‖u‖²) when ``l2`` (L-BFGS; Adam applies δ as
+    its own weight decay). ``w`` (T, J) masked weights, ``u`` (T,), ``b`` (T,); differentiable."""
+    dtype = w.dtype
+    bce = _bce(_logits(inst, w, u, b, opts.pass_through), inst.y, inst.weight)
+    loss = bce
+    kl_val = torch.zeros((), dtype=dtype)
+    if opts.kl_weight > 0:
+        q, n_post = posterior_of(inst, rules, w, b, opts)
+        active = n_post > 0
+        if bool(active.any()):
+            kl_t = kl_divergence(q, kl_prior(rules, opts).to(dtype), rules.mask, opts.kl_direction)
+            if opts.kl_scale == "per_cell":
+                n_per = inst.counts_per_triple(rules.num_triples).to(dtype)
+                share = n_per / n_per.sum().clamp_min(1e-12)
+                kl_val = (kl_t * torch.where(active, share, torch.zeros_like(share))).sum()
+            elif opts.kl_scale == "per_triple":
+                kl_val = kl_t[active].mean()
+            else:
+                raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
+            loss = bce + opts.kl_weight * kl_val
+    if l2 and opts.weight_decay > 0:
+        reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
+        loss = loss + 0.5 * opts.weight_decay * reg
+    return loss, bce, kl_val
+
+
+@dataclass
+class Recalibration:
+    """Recalibration only (φ zeroed): per-triple slope a (T,) and intercept c (T,) on x_r, fitted (T,) bool, and
+    one pooled (a, c) over all the client's cells (used where a triple has no local instances)."""
+
+    slope: torch.Tensor
+    intercept: torch.Tensor
+    fitted: torch.Tensor
+    pooled: tuple[float, float] = (1.0, 0.0)
+
+    def logits(self, inst: Instances, per_triple: bool = True) -> torch.Tensor:
+        """Logits (M,) float64: a_t·x + c_t where fitted (and ``per_triple``), else the pooled a·x + c."""
+        x = inst.passthrough.double()
+        pooled = self.pooled[0] * x + self.pooled[1]
+        if not per_triple or len(inst) == 0:
+            return pooled
+        own = self.slope.double()[inst.tri] * x + self.intercept.double()[inst.tri]
+        return torch.where(self.fitted[inst.tri], own, pooled)
+
+
+def _logistic_lbfgs(x: torch.Tensor, y: torch.Tensor, group: torch.Tensor, groups: int, steps: int) -> torch.Tensor:
+    """(groups, 2) (slope, intercept) of a logistic regression of y on x per group (L2 1e-4 on the slope)."""
+    theta = torch.zeros(groups, 2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max(1, steps), line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        s = theta[group, 0] * x + theta[group, 1]
+        loss = F.binary_cross_entropy_with_logits(s, y, reduction="mean") + 1e-4 * (theta[:, 0] ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return theta.detach()
+
+
+def fit_recalibration(inst: Instances, num_triples: int, steps: int = 100) -> Recalibration:
+    """Recalibration-only baseline: a_t·x_r + c_t per triple and a pooled a·x_r + c, by L-BFGS on BCE."""
+    fitted = inst.counts_per_triple(num_triples) > 0
+    if len(inst) == 0:
+        return Recalibration(torch.ones(num_triples), torch.zeros(num_triples), fitted)
+    x, y = inst.passthrough.double(), inst.y.double()
+    per = _logistic_lbfgs(x, y, inst.tri, num_triples, steps)
+    pooled = _logistic_lbfgs(x, y, torch.zeros_like(inst.tri), 1, steps)[0]
+    if not bool(torch.isfinite(per).all()):
+        per = torch.nan_to_num(per, nan=0.0, posinf=0.0, neginf=0.0)
+    return Recalibration(per[:, 0], per[:, 1], fitted, (float(pooled[0]), float(pooled[1])))
+
+
+def published_logits(inst: Instances, weights: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Logits (M,) float64 of the owners' published scorer: Σ_j W_tj φ_ij + b_t (``transfer: published``)."""
+    if len(inst) == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    return (inst.phi.double() * weights.double()[inst.tri]).sum(-1) + bias.double()[inst.tri]
 
 
 def transfer_features(inst: Instances, prior: torch.Tensor, top: int) -> torch.Tensor:
@@ -211,11 +364,14 @@ def transfer_features(inst: Instances, prior: torch.Tensor, top: int) -> torch.T
     return torch.stack([(phi * p).sum(-1), best], 1)
 
 
-def fit_transfer(inst: Instances, rules: RuleSet, opts: ScorerOptions) -> TransferScorer:
-    """Fit (κ, κ_top, κ_u, β) by BCE with L-BFGS from (1, 0, 1, 0) (deterministic; no randomness)."""
+def fit_transfer(
+    inst: Instances, rules: RuleSet, opts: ScorerOptions, dist: torch.Tensor | None = None
+) -> TransferScorer:
+    """Fit (κ, κ_top, κ_u, β) by BCE with L-BFGS from (1, 0, 1, 0) (deterministic; no randomness). ``dist``
+    (T, J): the distribution G over bodies (default: the KL prior of the round's rule set)."""
     if len(inst) == 0:
         return TransferScorer()
-    prior = rules.prior(opts.prior_source)
+    prior = kl_prior(rules, opts) if dist is None else dist.double()
     f = transfer_features(inst, prior, opts.transfer_top)
     x = inst.passthrough.double() if opts.pass_through else torch.zeros(len(inst), dtype=torch.float64)
     X = torch.cat([f, x[:, None]], 1)
@@ -246,10 +402,11 @@ def predict_logits(
     transfer: TransferScorer,
     opts: ScorerOptions,
     personalised: bool = True,
+    dist: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits (M,) float64: the fitted per-triple scorer where the triple was fitted (and ``personalised``),
-    else the transfer scorer."""
-    prior = rules.prior(opts.prior_source)
+    else the transfer scorer over ``dist`` (default: the KL prior of the round's rule set)."""
+    prior = kl_prior(rules, opts) if dist is None else dist.double()
     f = transfer_features(inst, prior, opts.transfer_top)
     s_transfer = transfer.kappa * f[:, 0] + transfer.kappa_top * f[:, 1] + transfer.beta
     if opts.pass_through:

@@ -9,9 +9,17 @@ triples, and pre-trains T_θ on the pool (Eq. 6). Every round then:
 3. ``aggregate_train``: per triple the instance-weighted mean of the client posteriors (§8.9), mixed into the
    pool (LogiRE momentum or A.10 mixture), T_θ retrained on the pool (Eq. 6), everything recorded in the
    :class:`rules.store.RuleStore`;
-4. ``evaluate``: clients report F1 / Ign-F1 / logic counts of the personalised model and of the backbone
-   alone; the server sums the counts and averages the F1s; ``evaluate(rnd)`` adds the recall of planted /
+4. ``evaluate``: the server sends the round's aggregated posterior (``global_posterior``) and, under
+   ``transfer: published``, the owners' instance-weighted mean scorer; clients report F1 / Ign-F1 / logic
+   counts of every evaluated variant (rule model, backbone, recalibration only, both transfer routes) and
+   per-document counts; the server sums the counts, averages the F1s (also over the data-poor clients of the
+   shared split: ``poor_*``) and keeps the per-document counts of the last round for
+   RUN_DIR/eval_documents.npz (the ablation's bootstrap); ``evaluate(rnd)`` adds the recall of planted /
    golden rules among the top-k bodies of the pool.
+
+Bad input that does not stop a round: a triple no client answers for (no owner this round) and a rule set whose
+prior puts (almost) all mass on one body are logged with one line each and counted in the round's metrics
+(``triples_without_owner``, ``degenerate_priors``).
 
 All server randomness is derived from (run seed, round, purpose), so a resumed run repeats it exactly.
 """
@@ -35,14 +43,16 @@ from fednsl.federation.roles import Metrics, Stage, Strategy
 from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.methods.fednsl.evaluation import f1_from_counts, logic_from_counts
 from fednsl.methods.fednsl.messages import (
+    EVAL_REQUEST_SCHEMA,
     EVAL_SCHEMA,
+    EVAL_VARIANTS,
     RULES_REQUEST_SCHEMA,
-    TRAIN_SCHEMA,
     RuleSet,
     rules_from_message,
     rules_to_arrays,
     scorer_config,
     stats_schema,
+    train_schema,
 )
 from fednsl.methods.fednsl.posterior import normalise_rows
 from kg.seeding import derive_seed
@@ -50,7 +60,16 @@ from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sam
 from rules.pool import RulePool, aggregate_distributions
 from rules.store import RuleStore
 
-__all__ = ["FedNSLStrategy", "rule_recall"]
+__all__ = ["FedNSLStrategy", "rule_recall", "degenerate_priors", "DEGENERATE_MASS"]
+
+#: A triple's prior is degenerate when one body holds at least this share of the renormalised T_θ.
+DEGENERATE_MASS = 0.999
+
+
+def degenerate_priors(rules: RuleSet) -> torch.Tensor:
+    """(T,) bool: triples with at least two bodies whose renormalised prior puts ≥ DEGENERATE_MASS on one."""
+    p = rules.prior("renormalised")
+    return (rules.mask.sum(-1) >= 2) & (p.amax(-1) >= DEGENERATE_MASS)
 
 log = logging.getLogger("fednsl.methods.fednsl")
 
@@ -93,8 +112,13 @@ class FedNSLStrategy(Strategy):
         golden_rules: Sequence[tuple[int, Sequence[int]]] = (),
         golden_kind: str = "golden",
         meta: Mapping[str, Any] | None = None,
+        client_roles: Mapping[str, str] | None = None,
     ):
         self.cfg = cfg
+        self.client_roles = dict(client_roles or {})
+        self.round_aggregate: dict[str, torch.Tensor] | None = None  # the round's aggregate sent at evaluation
+        self.aggregate_round = -1
+        self.eval_documents: dict[str, dict[str, np.ndarray]] = {}
         self.relations = tuple(relations)
         self.types = tuple(entity_types)
         self.R = len(self.relations)
@@ -143,14 +167,18 @@ class FedNSLStrategy(Strategy):
                 essential=True,
             ),
             Stage(
-                "train", self.configure_train, self.aggregate_train, reply=TRAIN_SCHEMA, request=RULES_REQUEST_SCHEMA
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=train_schema(self.cfg.transfer),
+                request=RULES_REQUEST_SCHEMA,
             ),
             Stage(
                 "evaluate",
                 self.configure_evaluate,
                 self.aggregate_evaluate,
                 reply=EVAL_SCHEMA,
-                request=RULES_REQUEST_SCHEMA,
+                request=EVAL_REQUEST_SCHEMA,
             ),
         )
 
@@ -246,7 +274,25 @@ class FedNSLStrategy(Strategy):
                 self.model, self.triples, self.cfg.num_samples, generator=gen, constraints=self.constraints
             )
         lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
-        return RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
+        rules = RuleSet(self.triples.clone(), s.bodies, lp, s.counts, s.mask)
+        self._check_priors(rnd, rules)
+        return rules
+
+    def _check_priors(self, rnd: int, rules: RuleSet) -> int:
+        """Log (one line) and remember the triples whose prior puts all mass on one body; returns the count."""
+        bad = degenerate_priors(rules)
+        self.degenerate = int(bad.sum())
+        if self.degenerate:
+            names = [self.store.triple_name(tuple(int(x) for x in rules.triples[t])) for t in torch.nonzero(bad)[:3, 0]]
+            log.warning(
+                "round %d: the server prior puts >= %.3f of its mass on one body for %d triple(s) (e.g. %s); "
+                "their KL pulls every posterior onto that body; the round goes on",
+                rnd,
+                DEGENERATE_MASS,
+                self.degenerate,
+                ", ".join(names),
+            )
+        return self.degenerate
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         if not self.initialised:
@@ -265,6 +311,10 @@ class FedNSLStrategy(Strategy):
         t0 = time.perf_counter()
         num = torch.zeros(T, J, dtype=torch.float64)
         den = torch.zeros(T, dtype=torch.float64)
+        pub_w = torch.zeros(T, J, dtype=torch.float64)
+        pub_b = torch.zeros(T, dtype=torch.float64)
+        pub_n = torch.zeros(T, dtype=torch.float64)
+        iterations: list[float] = []
         client_post: dict[str, dict[tuple[int, int, int], np.ndarray]] = {}
         client_inst: dict[str, dict[tuple[int, int, int], int]] = {}
         stray = 0
@@ -284,11 +334,38 @@ class FedNSLStrategy(Strategy):
             use = m.any(-1) & (n > 0)
             num += q * (n * use)[:, None]
             den += n * use
+            if "scorer_weights" in msg.arrays and "scorer_bias" in msg.arrays:
+                wgt = n * use
+                pub_w += torch.as_tensor(msg.arrays["scorer_weights"], dtype=torch.float64) * rules.mask * wgt[:, None]
+                pub_b += torch.as_tensor(msg.arrays["scorer_bias"], dtype=torch.float64) * wgt
+                pub_n += wgt
+            if "scorer_iterations" in msg.metrics:
+                iterations.append(float(msg.metrics["scorer_iterations"]))
             for t in torch.nonzero(use).flatten().tolist():
                 client_post.setdefault(cid, {})[keys[t]] = q[t][rules.mask[t]].numpy()
                 client_inst.setdefault(cid, {})[keys[t]] = int(n[t])
         has = den > 0
         agg = torch.where(has[:, None], num / den.clamp_min(1e-300)[:, None], torch.zeros_like(num))
+        # what evaluation sends back: the aggregated posterior (T_θ renormalised where no client answered) and
+        # the owners' instance-weighted mean scorer
+        kl_prior = rules.prior("renormalised")
+        self.round_aggregate = {
+            "global_posterior": torch.where(has[:, None], agg, kl_prior) * rules.mask,
+            "published_weights": pub_w / pub_n.clamp_min(1e-300)[:, None],
+            "published_bias": pub_b / pub_n.clamp_min(1e-300),
+            "published_mask": pub_n > 0,
+        }
+        self.aggregate_round = rnd
+        orphans = ~has & rules.mask.any(-1)
+        if bool(orphans.any()):
+            names = [self.store.triple_name(keys[t]) for t in torch.nonzero(orphans)[:3, 0].tolist()]
+            log.warning(
+                "round %d: %d triple(s) have no owner this round (no client sent a posterior for them, e.g. %s); "
+                "their pool entries keep the previous distribution",
+                rnd,
+                int(orphans.sum()),
+                ", ".join(names),
+            )
         pad = 2 * self.R
         posteriors: dict[tuple[int, int, int], dict[tuple[int, ...], float]] = {}
         for t in torch.nonzero(has).flatten().tolist():
@@ -312,7 +389,9 @@ class FedNSLStrategy(Strategy):
             log.warning("round %d: %d posterior entries on bodies the server did not send were ignored", rnd, stray)
         out: Metrics = {
             "triples_updated": int(has.sum()),
-            "triples_without_posterior": int((~has & rules.mask.any(-1)).sum()),
+            "triples_without_posterior": int(orphans.sum()),
+            "triples_without_owner": int(orphans.sum()),
+            "degenerate_priors": int(getattr(self, "degenerate", 0)),
             "pool_chains": self.pool.num_chains,
             "generator_loss": losses[-1] if losses else 0.0,
             "time_aggregate_s": t1 - t0,
@@ -323,6 +402,9 @@ class FedNSLStrategy(Strategy):
             out["triples_without_bodies"] = empty
         if stray:
             out["stray_entries"] = stray
+        if iterations:
+            out["scorer_iterations_max"] = max(iterations)
+            out["scorer_iterations_mean"] = float(np.mean(iterations))
         return out
 
     def _record(
@@ -359,36 +441,60 @@ class FedNSLStrategy(Strategy):
         if self.current is None or self.current_round != rnd:
             self.current = self._sample(rnd)
             self.current_round = rnd
-        return Message(
-            "evaluate", rnd, arrays=rules_to_arrays(self.current), config=scorer_config(self.cfg.scorer_options())
-        )
+        arrays = rules_to_arrays(self.current)
+        if self.round_aggregate is not None and self.aggregate_round == rnd:
+            arrays["global_posterior"] = self.round_aggregate["global_posterior"].numpy()
+            if self.cfg.transfer == "published":
+                for k in ("published_weights", "published_bias", "published_mask"):
+                    arrays[k] = self.round_aggregate[k].numpy()
+        return Message("evaluate", rnd, arrays=arrays, config=scorer_config(self.cfg.scorer_options()))
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         out: Metrics = {}
         if not replies:
             return out
-        for prefix in ("", "backbone_"):
+        poor = {c for c, role in self.client_roles.items() if role == "poor"}
+        groups = [("", dict(replies))]
+        if poor:
+            groups.append(("poor_", {c: m for c, m in replies.items() if c in poor}))
+        for group, reps in groups:
+            if reps:
+                out.update(self._aggregate_group(group, reps))
+        holdout = {k for r in replies.values() for k in r.metrics if k.startswith("holdout_")}
+        for k in sorted(holdout):
+            out[k] = float(np.mean([r.metrics[k] for r in replies.values() if k in r.metrics]))
+        self.eval_documents = {
+            cid: {k: np.asarray(v) for k, v in r.arrays.items() if k.startswith(("docs_", "doclogic_"))}
+            for cid, r in replies.items()
+        }
+        return out
+
+    @staticmethod
+    def _aggregate_group(group: str, replies: Mapping[str, Message]) -> Metrics:
+        """Mean per-client F1 / Ign-F1, micro-F1 and summed logic counts of every variant (prefix ``group``)."""
+        out: Metrics = {}
+        for prefix in EVAL_VARIANTS:
             for part in ("seen", "unseen"):
                 key = f"{prefix}{part}"
                 f1s = [r.metrics[f"{key}_f1"] for r in replies.values() if f"{key}_f1" in r.metrics]
-                if f1s:
-                    out[f"{key}_f1"] = float(np.mean(f1s))
-                    if not prefix:  # Ign-F1 and micro-F1 of the rule model (the backbone row keeps F1 + logic)
-                        out[f"{key}_ign_f1"] = float(
-                            np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()])
-                        )
-                        tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
-                        npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
-                        ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
-                        out[f"{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
-                body = [r.arrays[f"logic_body_{key}"] for r in replies.values() if f"logic_body_{key}" in r.arrays]
-                corr = [
-                    r.arrays[f"logic_correct_{key}"] for r in replies.values() if f"logic_correct_{key}" in r.arrays
-                ]
+                if not f1s:
+                    continue
+                out[f"{group}{key}_f1"] = float(np.mean(f1s))
+                if prefix != "backbone_":
+                    out[f"{group}{key}_ign_f1"] = float(
+                        np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()])
+                    )
+                    tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
+                    npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
+                    ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
+                    out[f"{group}{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
+                name = f"doclogic_body_{key}"
+                body = [r.arrays[name].sum(0) for r in replies.values() if name in r.arrays]
+                corr = [r.arrays[f"doclogic_correct_{key}"].sum(0) for r in replies.values() if name in r.arrays]
                 if body:
                     value = logic_from_counts(np.sum(body, axis=0), np.sum(corr, axis=0))
                     if not math.isnan(value):
-                        out[f"{key}_logic"] = value
+                        out[f"{group}{key}_logic"] = value
         return out
 
     def evaluate(self, rnd: int) -> Metrics:
@@ -441,6 +547,10 @@ class FedNSLStrategy(Strategy):
             for t, d in self.pool.distributions().items()
         }
         self.store.save(run_dir)
+        if self.eval_documents:
+            flat = {f"{cid}/{k}": v for cid, arrs in self.eval_documents.items() for k, v in arrs.items()}
+            roles = np.array([f"{cid}={self.client_roles.get(cid, 'all')}" for cid in sorted(self.eval_documents)])
+            np.savez_compressed(run_dir / "eval_documents.npz", roles=roles, **flat)
         from fednsl.methods.fednsl.plots import plot_fednsl
 
         plot_fednsl(run_dir)

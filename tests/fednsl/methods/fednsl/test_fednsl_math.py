@@ -194,14 +194,14 @@ def test_fit_reduces_loss_and_kl_weight_pulls_posterior_to_prior() -> None:
         if lam == 0.0:
             assert fit.history["bce"][-1] < fit.history["bce"][0]
         q, n = posterior_of(inst, rules, fit.weights.double(), fit.bias.double(), opts)
-        prior = rules.prior("counts")
+        prior = rules.prior(opts.prior_source)  # the KL target is the posterior's own prior (issue 17)
         kls.append(float(kl_divergence(q, prior, rules.mask).sum()))
         assert fit.weights[1, 2] == 0.0  # masked body weight stays 0
     assert kls[0] > kls[1] > kls[2]
     # without KL the posterior favours the true rule (body 0 of triple 0) over its prior
     fit = fit_scorer(inst, rules, ScorerOptions(kl_weight=0.0, steps=120), torch.Generator().manual_seed(1))
     q, _ = posterior_of(inst, rules, fit.weights.double(), fit.bias.double(), ScorerOptions())
-    assert q[0, 0] > rules.prior("counts")[0, 0]
+    assert q[0, 0] > rules.prior("renormalised")[0, 0]
 
 
 def test_fit_is_seeded_and_transfer_predicts() -> None:
@@ -210,7 +210,7 @@ def test_fit_is_seeded_and_transfer_predicts() -> None:
     a = fit_scorer(inst, rules, ScorerOptions(steps=20), torch.Generator().manual_seed(5))
     b = fit_scorer(inst, rules, ScorerOptions(steps=20), torch.Generator().manual_seed(5))
     assert torch.equal(a.weights, b.weights) and torch.equal(a.bias, b.bias)
-    opts = ScorerOptions(transfer_top=2)
+    opts = ScorerOptions(transfer_top=2, prior_source="counts", pass_through=True)  # the old switches still work
     tr = fit_transfer(inst, rules, opts)
     assert tr.kappa + tr.kappa_top > 0  # rule evidence is positively related to the label
     a.fitted = torch.tensor([True, False])

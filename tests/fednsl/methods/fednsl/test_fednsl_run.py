@@ -14,7 +14,13 @@ from fednsl.config import RunConfig, load_config
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.client import FedNSLClient
-from fednsl.methods.fednsl.messages import EVAL_SCHEMA, STATS_SCHEMA, TRAIN_SCHEMA, rules_from_message
+from fednsl.methods.fednsl.messages import (
+    EVAL_SCHEMA,
+    PUBLISHED_FIELDS,
+    STATS_SCHEMA,
+    rules_from_message,
+    train_schema,
+)
 from fednsl.pipeline import build_federation, train
 from kg.documents import Document
 
@@ -43,22 +49,29 @@ def server_rows(rows, stage):
     return [r for r in rows if r["scope"] == "server" and r["stage"] == stage]
 
 
-SCHEMAS = {"train.stats": STATS_SCHEMA, "train": TRAIN_SCHEMA, "evaluate": EVAL_SCHEMA}
+SCHEMAS = {"train.stats": STATS_SCHEMA, "train": train_schema("published"), "evaluate": EVAL_SCHEMA}
 
 
 def test_privacy_only_declared_probabilities_ids_and_counts_leave_clients(tmp_path: Path) -> None:
+    """Only distributions, ids, counts and masks leave a client — plus, under the default ``transfer:
+    published``, exactly the declared per-triple scorer parameters (messages.PUBLISHED_FIELDS)."""
     ups: list[tuple[str, Message]] = []
     cfg = small_config()
     train(cfg, tmp_path / "run", progress=False, message_hook=lambda d, c, m: ups.append((c, m)) if d == "up" else None)
     assert {m.kind for _, m in ups} == {"train.stats", "train", "evaluate"}
+    published_seen = False
     for cid, msg in ups:
         schema = SCHEMAS[msg.kind]
         specs = {s.name: s for s in schema.arrays}
         assert set(msg.arrays) <= set(specs), (cid, msg.kind, set(msg.arrays) - set(specs))
         for name, arr in msg.arrays.items():
             kind = specs[name].kind
+            if name in PUBLISHED_FIELDS and msg.kind == "train":
+                assert kind == "weights" and arr.dtype.kind == "f"
+                published_seen = True
+                continue
             assert kind in ("distribution", "ids", "counts", "mask"), (name, kind)
-            if kind != "distribution":  # only distributions may carry floats
+            if kind != "distribution":  # only distributions (and the published fields) may carry floats
                 assert arr.dtype.kind in "iub", (name, arr.dtype)
         assert set(msg.metrics) <= set(schema.metrics)
         assert msg.config == {}
@@ -67,6 +80,12 @@ def test_privacy_only_declared_probabilities_ids_and_counts_leave_clients(tmp_pa
             rows = mask.any(-1)
             np.testing.assert_allclose(post[rows].sum(-1), 1.0, atol=1e-9)
             assert np.all(post[~mask] == 0)
+            assert set(PUBLISHED_FIELDS) <= set(msg.arrays)
+            own = msg.arrays["instances"] > 0
+            assert np.all(msg.arrays["scorer_weights"][~own] == 0) and np.all(msg.arrays["scorer_bias"][~own] == 0)
+    assert published_seen
+    # under transfer: prior no scorer parameter leaves a client
+    assert not set(PUBLISHED_FIELDS) & {s.name for s in train_schema("prior").arrays}
 
 
 def test_resume_after_round_one_gives_identical_rules(tmp_path: Path) -> None:
@@ -218,3 +237,110 @@ def test_dwie_two_round_smoke(tmp_path: Path, dwie_dir: Path) -> None:
     store = json.loads((tmp_path / "run" / "rules.json").read_text())
     assert store["relations"][0] == "citizen_of" and store["triples"]
     assert "golden_rules" in store["meta"] and len(store["meta"]["golden_rules"]) == 39
+
+
+def _one_round_to_evaluation(cfg: RunConfig):
+    """A federation driven by hand through train.stats and train of round 1; returns (fed, evaluate message)."""
+    fed = build_federation(cfg)
+    s = fed.strategy
+    cids = sorted(fed.clients)
+    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
+             for c in cids}
+    s.aggregate_train_stats(1, stats, {})
+    msg = s.configure_train(1, cids)
+    replies = {c: fed.clients[c].handle(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 3}))
+               for c in cids}
+    s.aggregate_train(1, replies, {})
+    ev = s.configure_evaluate(1, cids)
+    return fed, Message("evaluate", 1, arrays=ev.arrays, config={**ev.config, "seed": 3})
+
+
+def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
+    fed, ev = _one_round_to_evaluation(small_config(rounds=1))
+    client: FedNSLClient = fed.clients[sorted(fed.clients)[0]]
+    base = client.score_unseen(ev)
+    # the published route scores the unseen triples with the owners' scorer the server sent
+    unseen = client._build("unseen_test", rules_from_message(ev.arrays), 1).inst
+    assert ev.arrays["published_mask"][unseen.tri.numpy()].any()
+    scaled = {**ev.arrays, "published_weights": ev.arrays["published_weights"] * 3.0,
+              "published_bias": ev.arrays["published_bias"] - 1.0}
+    moved = client.score_unseen(Message("evaluate", 1, arrays=scaled, config=ev.config))
+    assert not np.allclose(moved["published"], base["published"])
+    np.testing.assert_allclose(moved["prior"], base["prior"])  # the prior route does not read them
+    # the prior route scores them with the aggregated posterior the server sent
+    gp = ev.arrays["global_posterior"].copy()
+    mask = ev.arrays["mask"]
+    for t in range(gp.shape[0]):
+        real = np.flatnonzero(mask[t])
+        gp[t, real] = gp[t, real[::-1]]  # the same numbers on other bodies: still a distribution
+    flipped = client.score_unseen(Message("evaluate", 1, arrays={**ev.arrays, "global_posterior": gp},
+                                          config=ev.config))
+    assert not np.allclose(flipped["prior"], base["prior"])
+    # without the server's aggregate, both routes fall back to the round's T_θ (and change again)
+    bare = {k: v for k, v in ev.arrays.items() if not k.startswith(("global_", "published_"))}
+    alone = client.score_unseen(Message("evaluate", 1, arrays=bare, config=ev.config))
+    np.testing.assert_allclose(alone["published"], alone["prior"])
+    assert not np.allclose(alone["published"], base["published"])
+
+
+def test_kl_weight_changes_unseen_f1(tmp_path: Path) -> None:
+    """Issue 17: unseen F1 was bit-identical for every λ; now λ reaches the unseen cells (both routes)."""
+    rows = {}
+    for lam in (0.0, 10.0):
+        result = train(small_config(rounds=1, kl_weight=lam), tmp_path / f"lam{lam:g}", progress=False)
+        rows[lam] = server_rows(result.rows, "evaluate")[-1]
+    assert rows[0.0]["unseen_f1"] != rows[10.0]["unseen_f1"] or \
+        rows[0.0]["prior_unseen_f1"] != rows[10.0]["prior_unseen_f1"]
+    assert (tmp_path / "lam0" / "eval_documents.npz").exists()
+
+
+class Orphaning(Client):
+    """Wraps a FedNSL client and answers ``train`` for none of its triples (they get no owner this round)."""
+
+    def __init__(self, inner: FedNSLClient):
+        self.inner, self.cid = inner, inner.cid
+
+    @handles("train.stats")
+    def train_stats(self, msg):
+        return self.inner.handle(msg)
+
+    @handles("evaluate")
+    def evaluate(self, msg):
+        return self.inner.handle(msg)
+
+    @handles("train")
+    def train(self, msg):
+        reply = self.inner.handle(msg)
+        arrays = {k: np.zeros_like(v) for k, v in reply.arrays.items()}
+        return msg.reply(self.cid, arrays=arrays, metrics=reply.metrics)
+
+
+def test_orphan_triples_and_a_one_body_prior_are_logged_counted_and_the_round_completes(
+    tmp_path: Path, caplog, monkeypatch
+) -> None:
+    import fednsl.methods.fednsl.strategy as strategy_module
+
+    real = strategy_module.sample_rules
+
+    def peaked(*args, **kwargs):
+        s = real(*args, **kwargs)
+        t = int(np.flatnonzero((s.mask.sum(-1) >= 2).numpy())[0])
+        lp = s.log_prior.clone()
+        lp[t] = torch.where(s.mask[t], torch.full_like(lp[t], -60.0), lp[t])
+        lp[t, int(np.flatnonzero(s.mask[t].numpy())[0])] = 0.0  # all mass on the first body
+        s.log_prior = lp
+        return s
+
+    monkeypatch.setattr(strategy_module, "sample_rules", peaked)
+    cfg = small_config(rounds=1)
+    fed = build_federation(cfg)
+    ids = sorted(fed.clients)
+    fed.clients[ids[0]] = Orphaning(fed.clients[ids[0]])
+    with caplog.at_level("WARNING", logger="fednsl"):
+        result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    row = server_rows(result.rows, "train")[0]
+    assert row["triples_without_owner"] > 0 and row["degenerate_priors"] == 1
+    assert row["triples_updated"] > 0
+    assert "have no owner this round" in caplog.text and "of its mass on one body" in caplog.text
+    ev = server_rows(result.rows, "evaluate")
+    assert ev and 0.0 <= ev[-1]["unseen_f1"] <= 1.0
