@@ -125,6 +125,14 @@ def run_one(config: str, overrides: list[str], split_seed: int, pos_weight: str,
     with torch_threads(method.num_threads):
         summary = bb.prepare(cdocs, corpus.relations, corpus.entity_types, cfg.seed, corpus.documents)
     prep_s = time.perf_counter() - t0
+    raw_logits, memo = bb.logits, {}
+
+    def logits(doc: Any) -> np.ndarray:  # each document's logits once (cells, folds and mining reuse them)
+        if doc.doc_id not in memo:
+            memo[doc.doc_id] = raw_logits(doc)
+        return memo[doc.doc_id]
+
+    bb.logits = logits  # type: ignore[method-assign]
     gold, _ = golden_rules(corpus, data)
     names = list(corpus.relations.names)
     R = len(names)
