@@ -56,7 +56,14 @@ from kg.documents import Document, Vocab
 from kg.seeding import seeded_global_rng
 from kg.split import Combo, query_mask
 
-__all__ = ["FederatedFeaturesOptions", "PairScorer", "FederatedFeatures", "TrainPairs", "POS_WEIGHTS", "positive_weights"]
+__all__ = [
+    "FederatedFeaturesOptions",
+    "PairScorer",
+    "FederatedFeatures",
+    "TrainPairs",
+    "POS_WEIGHTS",
+    "positive_weights",
+]
 
 log = logging.getLogger("fednsl.backbones")
 
@@ -427,7 +434,7 @@ class FederatedFeatures(Backbone):
 
     def cells(self, docs: Sequence[Document], combo: Combo) -> tuple[np.ndarray, np.ndarray]:
         """Logits (M, R) and gold labels (M, R) of the ``combo`` pairs (``kg.split.query_mask``) of ``docs``."""
-        R = self.model.pair[-1].out_features if self.model is not None else 0
+        R = int(self.model.pair[-1].out_features) if self.model is not None else 0
         zs, ys = [np.zeros((0, R), np.float32)], [np.zeros((0, R), np.float32)]
         for doc in docs:
             if doc.num_entities == 0:
@@ -466,7 +473,9 @@ class FederatedFeatures(Backbone):
         cal = self.calibrators.get(cid) if cid is not None else None
         if cal is None:
             if self.options.calibration != "none":
-                raise ValueError(f"federated-features backbone: no calibration for client {cid!r} (document {doc.doc_id})")
+                raise ValueError(
+                    f"federated-features backbone: no calibration for client {cid!r} (document {doc.doc_id})"
+                )
             x = sigmoid(z).astype(np.float32)
         else:
             x = cal.predict(z)

@@ -411,9 +411,7 @@ class FedNSLClient(Client):
 
         return {"prior": prior_route, "published": published_route}
 
-    def _logic_docs(
-        self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _logic_docs(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> tuple[np.ndarray, np.ndarray]:
         """Per-document golden-rule (body, correct) counts (D, G) of thresholded predictions."""
         preds = self._doc_predictions(part, built, pred, rules)
         body = np.zeros((len(preds), len(self.golden)), dtype=np.int64)

@@ -71,7 +71,9 @@ class FedNSLConfig:
     pass_through: bool = False  # x_r(h,t) as an extra feature outside the KL (old); off: the body [r] carries it
     kl_scale: str = "per_cell"  # KL weighted by each triple's cells / all cells (the BCE's scale), or per_triple
     scorer_optimizer: str = "lbfgs"  # lbfgs (to scorer_tol) or adam (scorer_steps steps of scorer_lr)
-    scorer_tol: float = 1e-5  # L-BFGS tolerance on the max-abs gradient of the loss summed over cells; iterations logged
+    scorer_tol: float = (
+        1e-5  # L-BFGS tolerance on the max-abs gradient of the loss summed over cells; iterations logged
+    )
     scorer_steps: int = 150  # max L-BFGS iterations / Adam steps
     scorer_lr: float = 0.1  # Adam only
     scorer_weight_decay: float = 1e-3  # L2 on (w, u) (makes the fit strictly convex so L-BFGS converges)

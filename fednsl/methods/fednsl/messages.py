@@ -247,6 +247,7 @@ def train_schema(transfer: str) -> Schema:
         metrics=TRAIN_METRICS,
     )
 
+
 # server → client: the round's rule set; T triples and J bodies per triple bind the train reply's sizes
 RULES_REQUEST_SCHEMA = Schema(
     arrays=(
@@ -276,20 +277,22 @@ EVAL_REQUEST_SCHEMA = Schema(
 #: cells — the "no transfer" unseen scorer), and each transfer route on the unseen cells.
 EVAL_VARIANTS = ("", "backbone_", "recal_", "prior_", "published_")
 _PRF = ("f1", "precision", "recall", "ign_f1", "tp", "n_pred", "n_gold", "tp_in_train")
-EVAL_METRICS = tuple(
-    f"{model}{part}_{m}" for model in EVAL_VARIANTS for part in ("seen", "unseen") for m in (*_PRF, "logic")
-) + tuple(f"holdout_{model}unseen_f1" for model in EVAL_VARIANTS) + (
-    "threshold_personal",
-    "threshold_transfer",
-    "threshold_backbone",
-    "threshold_recal",
-    "threshold_recal_pooled",
-    "published_triples",
-    "time_grounding_s",
-    "time_eval_s",
-    "facts_unknown_triple_seen",
-    "facts_unknown_triple_unseen",
-    "num_examples",
+EVAL_METRICS = (
+    tuple(f"{model}{part}_{m}" for model in EVAL_VARIANTS for part in ("seen", "unseen") for m in (*_PRF, "logic"))
+    + tuple(f"holdout_{model}unseen_f1" for model in EVAL_VARIANTS)
+    + (
+        "threshold_personal",
+        "threshold_transfer",
+        "threshold_backbone",
+        "threshold_recal",
+        "threshold_recal_pooled",
+        "published_triples",
+        "time_grounding_s",
+        "time_eval_s",
+        "facts_unknown_triple_seen",
+        "facts_unknown_triple_unseen",
+        "num_examples",
+    )
 )
 LOGIC_ARRAYS = tuple(
     f"logic_{kind}_{model}{part}"

@@ -71,6 +71,7 @@ def degenerate_priors(rules: RuleSet) -> torch.Tensor:
     p = rules.prior("renormalised")
     return (rules.mask.sum(-1) >= 2) & (p.amax(-1) >= DEGENERATE_MASS)
 
+
 log = logging.getLogger("fednsl.methods.fednsl")
 
 
@@ -283,7 +284,7 @@ class FedNSLStrategy(Strategy):
         bad = degenerate_priors(rules)
         self.degenerate = int(bad.sum())
         if self.degenerate:
-            names = [self.store.triple_name(tuple(int(x) for x in rules.triples[t])) for t in torch.nonzero(bad)[:3, 0]]
+            names = [self.store.triple_name(_triple(rules.triples[t])) for t in torch.nonzero(bad)[:3, 0]]
             log.warning(
                 "round %d: the server prior puts >= %.3f of its mass on one body for %d triple(s) (e.g. %s); "
                 "their KL pulls every posterior onto that body; the round goes on",
@@ -548,9 +549,17 @@ class FedNSLStrategy(Strategy):
         }
         self.store.save(run_dir)
         if self.eval_documents:
-            flat = {f"{cid}/{k}": v for cid, arrs in self.eval_documents.items() for k, v in arrs.items()}
+            flat: dict[str, Any] = {
+                f"{cid}/{k}": v for cid, arrs in self.eval_documents.items() for k, v in arrs.items()
+            }
             roles = np.array([f"{cid}={self.client_roles.get(cid, 'all')}" for cid in sorted(self.eval_documents)])
             np.savez_compressed(run_dir / "eval_documents.npz", roles=roles, **flat)
         from fednsl.methods.fednsl.plots import plot_fednsl
 
         plot_fednsl(run_dir)
+
+
+def _triple(row: Any) -> tuple[int, int, int]:
+    """A (head type, relation, tail type) row of ``RuleSet.triples`` as ints."""
+    a, r, b = (int(x) for x in row)
+    return a, r, b
