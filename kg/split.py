@@ -265,7 +265,9 @@ def split_clients(
             f"data.split: shared needs num_clients = 2 x {len(combos)} combos = {2 * len(combos)} "
             f"(a data-rich and a data-poor client per combo), got {num_clients}"
         )
-    sizes = split_sizes(len(docs), num_clients) if scheme == "paper" else shared_sizes(len(docs), len(combos), poor_share)
+    sizes = (
+        split_sizes(len(docs), num_clients) if scheme == "paper" else shared_sizes(len(docs), len(combos), poor_share)
+    )
     docs = sorted(docs, key=lambda d: d.doc_id)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(docs))

@@ -162,7 +162,13 @@ def fit_relation_calibrator(
         log.warning(
             "%s: %d of %d relation(s) have < %d positive or no negative calibration cell of %d (or a decreasing "
             "Platt fit); they use %s: %s",
-            where, len(fallback), R, max(int(min_positives), 1), z.shape[0], target, listed,
+            where,
+            len(fallback),
+            R,
+            max(int(min_positives), 1),
+            z.shape[0],
+            target,
+            listed,
         )
     return RelationCalibrator(method, maps, pooled, counts, fallback)
 
