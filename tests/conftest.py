@@ -1,8 +1,9 @@
-"""Shared fixtures: where the real data lives, and a skip when it is absent."""
+"""Shared fixtures: where the real data lives, a skip when it is absent, and one torch thread for tiny models."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,13 @@ def fhwa_path(shared_data: Path) -> Path:
         pytest.skip(f"FHWA traffic set not found at {path}")
     return path
 
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread is much faster than two on a shared 2-core machine.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    from fednsl.common.torch_utils import torch_threads
+
+    with torch_threads(1):
+        yield

@@ -20,13 +20,7 @@ from kg.documents import Document, Mention
 from kg.split import split_clients
 from kg.synthetic import PlantedRuleConfig, generate
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

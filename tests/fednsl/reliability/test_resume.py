@@ -18,12 +18,7 @@ from fednsl.pipeline import train
 TIMING = ("time_s", "bytes")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(rounds: int = 3, **fed) -> RunConfig:

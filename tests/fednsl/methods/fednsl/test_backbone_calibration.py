@@ -20,12 +20,7 @@ SMALL = dict(text="hash", hash_dim=32, ent_hidden=16, hidden=32, rounds=2, local
 TRAINED = {**SMALL, "rounds": 6, "local_epochs": 5, "lr": 0.02}  # enough training for informative scores
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

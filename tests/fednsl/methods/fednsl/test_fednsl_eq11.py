@@ -20,13 +20,7 @@ from fednsl.methods.fednsl.scorer import (
     scorer_objective,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    from fednsl.common.torch_utils import torch_threads
-
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_problem(seed: int = 0, M: int = 40):

@@ -14,12 +14,7 @@ from kg.split import Combo
 R = 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_doc(i: int, n: int, rng: np.random.Generator) -> tuple[Document, np.ndarray]:

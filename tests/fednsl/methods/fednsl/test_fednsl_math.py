@@ -28,14 +28,7 @@ from fednsl.methods.fednsl.scorer import (
 )
 from rules.measures import logic_accuracy
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one torch thread is much faster than two on a shared 2-core machine."""
-    from fednsl.common.torch_utils import torch_threads
-
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 PRIOR = [0.5, 0.3, 0.2]

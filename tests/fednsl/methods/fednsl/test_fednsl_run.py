@@ -119,11 +119,11 @@ def test_resume_after_round_one_gives_identical_rules(tmp_path: Path) -> None:
         assert "no stored triple" in out.output
 
 
-class Corrupting(Client):
-    """Wraps a FedNSL client and spoils its posterior: NaN, or rows that do not sum to 1."""
+class Wrapping(Client):
+    """Wraps a FedNSL client and passes ``train.stats`` and ``evaluate`` through; subclasses spoil ``train``."""
 
-    def __init__(self, inner: FedNSLClient, how: str):
-        self.inner, self.cid, self.how = inner, inner.cid, how
+    def __init__(self, inner: FedNSLClient):
+        self.inner, self.cid = inner, inner.cid
 
     @handles("train.stats")
     def train_stats(self, msg):
@@ -132,6 +132,14 @@ class Corrupting(Client):
     @handles("evaluate")
     def evaluate(self, msg):
         return self.inner.handle(msg)
+
+
+class Corrupting(Wrapping):
+    """Wraps a FedNSL client and spoils its posterior: NaN, or rows that do not sum to 1."""
+
+    def __init__(self, inner: FedNSLClient, how: str):
+        super().__init__(inner)
+        self.how = how
 
     @handles("train")
     def train(self, msg):
@@ -294,19 +302,8 @@ def test_kl_weight_changes_unseen_f1(tmp_path: Path) -> None:
     assert (tmp_path / "lam0" / "eval_documents.npz").exists()
 
 
-class Orphaning(Client):
+class Orphaning(Wrapping):
     """Wraps a FedNSL client and answers ``train`` for none of its triples (they get no owner this round)."""
-
-    def __init__(self, inner: FedNSLClient):
-        self.inner, self.cid = inner, inner.cid
-
-    @handles("train.stats")
-    def train_stats(self, msg):
-        return self.inner.handle(msg)
-
-    @handles("evaluate")
-    def evaluate(self, msg):
-        return self.inner.handle(msg)
 
     @handles("train")
     def train(self, msg):
