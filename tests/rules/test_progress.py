@@ -57,4 +57,26 @@ def test_generator_training_reports_every_batch_and_is_unchanged_by_it() -> None
     assert (bar.total, bar.n, bar.desc, bar.unit, bar.closed) == (2 * 4, 2 * 4, "rule generator", "batch", True)
     assert bar.postfix == f"epoch 2/2 loss {reported[0][-1]:.3f}"
     assert reported[0] == silent[0] and all(torch.equal(a, b) for a, b in zip(reported[1], silent[1]))
-    assert progress._FACTORY[0] is None
+    assert progress._FACTORY.get() is None
+
+
+def test_a_factory_installed_in_another_thread_stays_there() -> None:
+    """Two runs in concurrent threads (as the Flower and fault tests start them) cannot leak a factory to the next."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+
+    def run() -> None:
+        with progress.installed(lambda **kw: progress.SilentBar()):
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=run)
+    t.start()
+    inside.wait(10)
+    with progress.installed(None):  # this thread's run starts while the other is inside, and ends after it
+        release.set()
+        t.join()
+    assert progress._FACTORY.get() is None
+    with progress.bar(1, "x") as pb:
+        assert isinstance(pb, progress.SilentBar)
