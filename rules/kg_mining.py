@@ -202,6 +202,7 @@ def mine_chain_rules(
     max_neighbors: int = 64,
     heads: Sequence[int] | None = None,
     seed: int = 0,
+    confidence_starts: int | None = None,
 ) -> dict[int, list[Body]]:
     """Candidate bodies per head relation 0..2R-1, at most ``max_rules_per_head`` each (support ≥ ``min_support``
     among the sampled triples; see :func:`mine_chain_rule_support`).
@@ -209,6 +210,7 @@ def mine_chain_rules(
     ``rank_by="support"``: most supported first. ``"confidence"`` (default): the ``pool_per_head`` most supported
     bodies re-ranked by their AMIE standard confidence on ``graph`` (:func:`rule_statistics`) — on Kinship
     (RNNLogic split, 200 rules a head) this raised the predictor's test MRR from .609 to .630. Ties by body tuple.
+    ``confidence_starts``: estimate the confidence from at most this many sampled start entities (large graphs).
     """
     support = mine_chain_rule_support(
         graph,
@@ -226,7 +228,7 @@ def mine_chain_rules(
         ranked = sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))
         if rank_by == "confidence" and ranked:
             pool = ranked[:pool_per_head]
-            conf = rule_statistics(graph, q, pool).confidence
+            conf = rule_statistics(graph, q, pool, max_starts=confidence_starts, seed=seed).confidence
             ranked = [pool[i] for i in np.lexsort((np.arange(len(pool)), -conf))]
         out[q] = ranked if max_rules_per_head is None else ranked[:max_rules_per_head]
     return out
@@ -290,6 +292,8 @@ def rule_statistics(
     *,
     batch_size: int | None = None,
     dense: bool | None = None,
+    max_starts: int | None = None,
+    seed: int = 0,
 ) -> RuleStatistics:
     """Support / body size / head size of each body for ``head`` (0..2R-1) on ``graph`` (no edge removed, the
     AMIE definition), computed over all start entities in batches of ``batch_size`` (bounded memory).
@@ -297,6 +301,10 @@ def rule_statistics(
     ``dense``: batched dense path products (:func:`_dense_rule_statistics`) instead of sparse ones; by default
     when three E × E float32 matrices fit in ``graph.max_batch_bytes`` (Nations, Kinship, UMLS; not FB15k-237
     or WN18RR). Both give the same counts.
+
+    ``max_starts``: count over a uniform sample of at most this many start entities x (seeded by ``(seed, head)``)
+    instead of all of them — support and body size are then the sample's counts, and their ratio estimates the
+    confidence (on FB15k-237 the exact counts of a hub body touch tens of millions of pairs). Sparse path only.
     """
     E = graph.num_entities
     head_adj = graph.adjacency[head]
@@ -306,6 +314,9 @@ def rule_statistics(
         sup, size = _dense_rule_statistics(graph, head, bodies, graph.max_batch_bytes)
         return RuleStatistics(head, tuple(tuple(int(x) for x in b) for b in bodies), sup, size, int(head_adj.nnz))
     starts_all = np.flatnonzero(np.diff(sum((graph.adjacency[b[0]] for b in bodies), sp.csr_matrix((E, E))).indptr))
+    if max_starts is not None and starts_all.size > max_starts:
+        rng = np.random.default_rng([seed, head])
+        starts_all = np.sort(rng.choice(starts_all, size=max_starts, replace=False))
     support = np.zeros(len(bodies), dtype=np.int64)
     body_size = np.zeros(len(bodies), dtype=np.int64)
     step = graph.default_batch_size() if batch_size is None else max(1, batch_size)

@@ -13,7 +13,10 @@ one weight per feature, w_qj · φ(f) = Σ_k w_qjk φ_k(f)), b_q an
 optional per-candidate bias (RNNLogic's ``entity_feature="bias"``) and κ a learned positive scale. Training is a
 softmax cross-entropy over all entities (the other known train answers of (h, q) are filtered out of the
 denominator), on the train facts of q, with the query's own fact removed from the graph (both directions) while
-grounding it — otherwise the body [q] (or any path through the edge) trivially fires. At valid/test time the graph
+grounding it — otherwise the body [q] (or any path through the edge) trivially fires. ``max_fanout`` (optional)
+drops a rule's groundings for a query when the rule reaches more than that many candidates from it: on FB15k-237 a
+length-3 body through a hub (a country, a profession) reaches thousands of entities from every query, costs most
+of the training time and adds little beyond the per-head entity bias. At valid/test time the graph
 is ``graph_triples`` unchanged (RNNLogic grounds test queries on the train graph). Every head relation has its
 own parameters, so heads are trained one after the other; each is early-stopped on its valid queries' filtered
 MRR (expectation over ties) when ``valid_triples`` is given.
@@ -29,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from kg.grounding.sparse import SparseGraph
@@ -59,6 +63,7 @@ class PredictorConfig:
     batch_size: int = 512  # queries per grounding batch (and per optimiser step)
     max_train_queries: int | None = 4000  # sampled train facts per head (bounded time on FB15k-237)
     cache_nnz: int = 40_000_000  # cache a head's train features when they hold at most this many non-zeros
+    max_fanout: int | None = None  # drop a (query, rule) grounding reaching more candidates than this (None: keep)
     seed: int = 0
     # "confidence": first-feature weights start at init_scale · the body's leave-one-out confidence on the training
     # queries (own fact removed; see RulePredictor._train_confidence) (Kinship,
@@ -91,10 +96,29 @@ class _Batch:
     total: torch.Tensor  # (nnz,) float32 the entry's row sum of counts for its rule (all paths from the query)
     answers: torch.Tensor  # (B,) int64 (or empty when unknown)
     filter_flat: torch.Tensor  # (m,) int64 row * E + entity of other known answers
+    num_rules: int = 0  # J: the head's bodies (columns of the design matrix)
+    design: tuple[torch.Tensor, sp.csr_matrix, sp.csr_matrix] | None = None  # sum aggregator, built once
 
     @property
     def nnz(self) -> int:
         return int(self.flat.numel())
+
+
+class _SparseLinear(torch.autograd.Function):
+    """y = Φ · vec(w) with a fixed scipy CSR Φ (U, J·F); the backward is Φᵀ · g (a precomputed CSR transpose).
+
+    A scipy mat-vec is ~10× faster on CPU than the gather / index_add pair it replaces (12M entries: 0.06 s vs
+    0.57 s forward + backward), and the sum aggregator's score is exactly this linear map."""
+
+    @staticmethod
+    def forward(ctx: Any, w: torch.Tensor, phi: sp.csr_matrix, phi_t: sp.csr_matrix) -> torch.Tensor:
+        ctx.phi_t, ctx.shape = phi_t, w.shape
+        return torch.from_numpy(np.asarray(phi @ w.detach().numpy().ravel(), dtype=np.float32))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        g = np.asarray(ctx.phi_t @ grad.detach().numpy().astype(np.float32, copy=False), dtype=np.float32)
+        return torch.from_numpy(g).view(ctx.shape), None, None
 
 
 @dataclass
@@ -181,6 +205,7 @@ class RulePredictor:
             flats, rules, counts, totals = [], [], [], []
             if bodies:
                 for j, mat in self.graph.iter_path_counts(bodies, heads, exclude=excl):
+                    mat = self._cap_fanout(mat)
                     coo = mat.tocoo()
                     flats.append(coo.row.astype(np.int64) * E + coo.col)
                     rules.append(np.full(coo.nnz, j, dtype=np.int64))
@@ -199,7 +224,33 @@ class RulePredictor:
                 torch.from_numpy(np.concatenate(totals) if totals else np.zeros(0, dtype=np.float32)),
                 torch.from_numpy(chunk[:, 1].copy()),
                 torch.tensor(filt, dtype=torch.int64),
+                len(bodies),
             )
+
+    def _cap_fanout(self, mat: sp.csr_matrix) -> sp.csr_matrix:
+        """Zero the rows of a (B, E) path-count matrix that reach more than ``max_fanout`` candidates."""
+        cap = self.config.max_fanout
+        if cap is None:
+            return mat
+        mat = sp.csr_matrix(mat)
+        wide = np.diff(mat.indptr) > cap
+        if not wide.any():
+            return mat
+        return sp.csr_matrix(sp.diags((~wide).astype(mat.dtype)) @ mat)
+
+    def _design(self, batch: _Batch) -> tuple[torch.Tensor, sp.csr_matrix, sp.csr_matrix]:
+        """(cells (U,), Φ (U, J·F), Φᵀ) of a batch for the sum aggregator: the U distinct (query, candidate) cells
+        some rule reaches and their feature values, Φ[u, j·F + k] = φ_k(f_j(cell u))."""
+        if batch.design is None:
+            J, F = batch.num_rules, len(self.features)
+            cells, inverse = np.unique(batch.flat.numpy(), return_inverse=True)
+            phi = self._phi(batch).numpy()
+            cols = batch.rule.numpy()[:, None] * F + np.arange(F)[None, :]
+            mat = sp.csr_matrix(
+                (phi.ravel(), (np.repeat(inverse, F), cols.ravel())), shape=(cells.size, J * F), dtype=np.float32
+            )
+            batch.design = (torch.from_numpy(cells), mat, mat.T.tocsr())
+        return batch.design
 
     def _phi(self, batch: _Batch) -> torch.Tensor:
         """(nnz, F) feature values of every grounding entry."""
@@ -227,15 +278,17 @@ class RulePredictor:
 
     def _logits(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
         E = self.num_entities
-        contrib = self._contributions(model, batch)
         agg = self.config.aggregator
-        if agg == "sum":
-            s = torch.zeros(batch.size * E).index_add(0, batch.flat, contrib)
+        if agg == "sum":  # linear in the weights: one sparse mat-vec over the reached cells
+            cells, phi, phi_t = self._design(batch)
+            reached = _SparseLinear.apply(model.weights, phi, phi_t)
+            s = torch.zeros(batch.size * E).index_copy(0, cells, reached)
         elif agg == "max":
+            contrib = self._contributions(model, batch)
             s = torch.zeros(batch.size * E).scatter_reduce(0, batch.flat, contrib, reduce="amax", include_self=True)
             s = s * model.log_scale.exp()
         else:
-            acc = torch.zeros(batch.size * E).index_add(0, batch.flat, contrib)
+            acc = torch.zeros(batch.size * E).index_add(0, batch.flat, self._contributions(model, batch))
             s = -torch.expm1(-acc) * model.log_scale.exp()
         s = s.view(batch.size, E)
         if model.bias is not None:
