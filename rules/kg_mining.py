@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from kg.grounding.sparse import SparseGraph
@@ -313,7 +312,10 @@ def rule_statistics(
     if dense and bodies:
         sup, size = _dense_rule_statistics(graph, head, bodies, graph.max_batch_bytes)
         return RuleStatistics(head, tuple(tuple(int(x) for x in b) for b in bodies), sup, size, int(head_adj.nnz))
-    starts_all = np.flatnonzero(np.diff(sum((graph.adjacency[b[0]] for b in bodies), sp.csr_matrix((E, E))).indptr))
+    firsts = sorted({int(b[0]) for b in bodies})
+    starts_all = np.unique(
+        np.concatenate([np.flatnonzero(np.diff(graph.adjacency[q].indptr)) for q in firsts] or [np.zeros(0, np.int64)])
+    )
     if max_starts is not None and starts_all.size > max_starts:
         rng = np.random.default_rng([seed, head])
         starts_all = np.sort(rng.choice(starts_all, size=max_starts, replace=False))

@@ -136,3 +136,36 @@ def test_dense_rule_statistics_equal_sparse() -> None:
         np.testing.assert_array_equal(dense.body_size, sparse.body_size)
         assert dense.head_size == sparse.head_size and dense.bodies == sparse.bodies
     assert rule_statistics(g, 0, bodies).body_size.tolist() == rule_statistics(g, 0, bodies, dense=False).body_size.tolist()
+
+
+def test_sampled_starts_count_only_the_sampled_subjects() -> None:
+    """rule_statistics(max_starts=k) equals the pair-set counts restricted to k sampled subjects x; with k at
+    least the number of candidate subjects it is exact; the sample is fixed by (seed, head)."""
+    rng = np.random.default_rng(3)
+    triples = np.unique(np.stack([rng.integers(0, 30, 200), rng.integers(0, 2, 200), rng.integers(0, 30, 200)], 1),
+                        axis=0)
+    g = SparseGraph.from_triples(triples, 30, 2)
+    edges = {(h, r, t) for h, r, t in triples.tolist()} | {(t, r + 2, h) for h, r, t in triples.tolist()}
+    bodies = [(0,), (0, 2), (2, 1)]
+    exact = rule_statistics(g, 1, bodies, dense=False)
+    full = rule_statistics(g, 1, bodies, dense=False, max_starts=10_000)
+    np.testing.assert_array_equal(full.support, exact.support)
+    np.testing.assert_array_equal(full.body_size, exact.body_size)
+    sampled = rule_statistics(g, 1, bodies, dense=False, max_starts=6, seed=4)
+    again = rule_statistics(g, 1, bodies, dense=False, max_starts=6, seed=4)
+    np.testing.assert_array_equal(sampled.body_size, again.body_size)
+    head_pairs = {(h, t) for h, r, t in edges if r == 1}
+    pair_sets = []
+    for body in bodies:
+        pairs = {(x, x) for x in range(30)}
+        for q in body:
+            pairs = {(x, v) for x, u in pairs for (a, r, v) in edges if a == u and r == q}
+        pair_sets.append(pairs)
+    # the documented sample: 6 of the subjects with an edge of some body's first relation, drawn by rng((seed, head))
+    firsts = {b[0] for b in bodies}
+    subjects = np.array(sorted({h for h, r, _ in edges if r in firsts}))
+    chosen = set(np.random.default_rng([4, 1]).choice(subjects, size=6, replace=False).tolist())
+    for j, pairs in enumerate(pair_sets):
+        assert sampled.body_size[j] == sum(1 for x, _ in pairs if x in chosen)
+        assert sampled.support[j] == sum(1 for x, _ in pairs & head_pairs if x in chosen)
+    assert sampled.body_size.sum() < exact.body_size.sum()
