@@ -7,7 +7,8 @@ entity ``e`` and relation ``r`` mean the same thing on every client and on the s
   so the clients hold disjoint relation sets of sizes differing by at most one; each client gets every
   train/valid/test triple of its relations.
 - ``by="triple"`` (FedR): each split's triples are shuffled with ``seed`` and cut into ``num_clients`` parts of
-  sizes differing by at most one.
+  sizes differing by at most one — or, with ``shares`` (one positive weight per client), of sizes proportional to
+  the shares (a data-rich client and data-poor ones: ``shares=[0.8, 0.1, 0.1]``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,21 @@ __all__ = ["client_relations", "partition_kg", "read_federated_kg", "union_kg"]
 
 
 def partition_kg(
-    kg: KnowledgeGraph, num_clients: int, by: Literal["relation", "triple"] = "relation", seed: int = 0
+    kg: KnowledgeGraph,
+    num_clients: int,
+    by: Literal["relation", "triple"] = "relation",
+    seed: int = 0,
+    shares: Sequence[float] | None = None,
 ) -> list[KnowledgeGraph]:
     """Split ``kg`` into ``num_clients`` disjoint parts covering all its triples (module doc)."""
     if num_clients < 1:
         raise ValueError(f"num_clients must be at least 1, got {num_clients}")
+    if shares is not None:
+        w = np.asarray(shares, dtype=float)
+        if by != "triple":
+            raise ValueError("shares apply to the triple partition only (partition: triple)")
+        if w.shape != (num_clients,) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+            raise ValueError(f"shares must be {num_clients} positive numbers (one per client), got {list(shares)}")
     rng = np.random.default_rng(seed)
     if by == "relation":
         if num_clients > kg.num_relations:
@@ -46,7 +57,13 @@ def partition_kg(
         pieces = {}
         for split in SPLITS:
             arr = kg.split(split)
-            pieces[split] = [arr[np.sort(idx)] for idx in np.array_split(rng.permutation(len(arr)), num_clients)]
+            order = rng.permutation(len(arr))
+            if shares is None:
+                cuts = np.array_split(order, num_clients)
+            else:
+                bounds = np.rint(np.cumsum(w) / w.sum() * len(arr)).astype(np.int64)
+                cuts = np.split(order, bounds[:-1])
+            pieces[split] = [arr[np.sort(idx)] for idx in cuts]
     else:
         raise ValueError(f"unknown partition {by!r}; expected 'relation' or 'triple'")
     return [kg.replace(name=f"{kg.name}/client{c}", **{s: pieces[s][c] for s in SPLITS}) for c in range(num_clients)]

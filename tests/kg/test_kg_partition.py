@@ -49,6 +49,22 @@ def test_triple_partition_sizes_differ_by_at_most_one() -> None:
         assert max(sizes) - min(sizes) <= 1
 
 
+def test_triple_partition_with_shares_has_proportional_sizes_and_covers_all() -> None:
+    kg, _ = planted_kg(seed=0)
+    parts = partition_kg(kg, 3, by="triple", seed=2, shares=[0.8, 0.1, 0.1])
+    for split in SPLITS:
+        n = len(kg.split(split))
+        sizes = [len(p.split(split)) for p in parts]
+        assert sum(sizes) == n
+        assert abs(sizes[0] - 0.8 * n) <= 1 and all(abs(k - 0.1 * n) <= 1 for k in sizes[1:])
+        joined = np.concatenate([p.split(split) for p in parts])
+        assert np.array_equal(np.unique(joined, axis=0), np.unique(kg.split(split), axis=0))
+    with pytest.raises(ValueError, match="triple partition only"):
+        partition_kg(kg, 3, by="relation", shares=[1, 1, 1])
+    with pytest.raises(ValueError, match="3 positive numbers"):
+        partition_kg(kg, 3, by="triple", shares=[1, 0, 1])
+
+
 @pytest.mark.parametrize("by", ["relation", "triple"])
 def test_same_seed_same_partition_other_seed_other(by: str) -> None:
     kg, _ = planted_kg(seed=0)

@@ -48,7 +48,11 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
         if data.synthetic:
             raise ValueError("data (fednsl-kg): 'synthetic' options given but data.source is not synthetic")
         kg = load_kg(source)
-    parts = [kg] if data.num_clients == 1 else partition_kg(kg, data.num_clients, by=data.partition, seed=seed)  # type: ignore[arg-type]
+    parts = (
+        [kg]
+        if data.num_clients == 1
+        else partition_kg(kg, data.num_clients, by=data.partition, seed=seed, shares=data.shares)  # type: ignore[arg-type]
+    )
     return parts, planted, kg.name
 
 

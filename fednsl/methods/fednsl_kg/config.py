@@ -107,12 +107,14 @@ class KGDataConfig:
     source: a folder with train/valid/test, ``pykeen:NAME``, or ``synthetic`` / ``synthetic:<seed>`` (the planted-
     rule KG of :mod:`kg.kg_synthetic`; ``synthetic`` holds its keyword arguments). ``federated_folder``: FedLU's
     ``clientK/{train,valid,test}.txt[.gz]`` layout instead (then ``source``/``num_clients``/``partition`` are
-    ignored). Partitions are seeded with the run seed.
+    ignored). Partitions are seeded with the run seed. ``shares``: with ``partition: triple``, one positive weight
+    per client, part sizes proportional to them (e.g. ``[0.8, 0.1, 0.1]``: one data-rich, two data-poor clients).
     """
 
     source: str = "synthetic"
     num_clients: int = 1
     partition: str = "relation"
+    shares: list[float] | None = None
     federated_folder: str | None = None
     synthetic: dict[str, Any] = field(default_factory=dict)
 
@@ -121,6 +123,11 @@ class KGDataConfig:
             raise ValueError(f"data (fednsl-kg): partition={self.partition!r}; expected 'relation' or 'triple'")
         if self.num_clients < 1:
             raise ValueError(f"data (fednsl-kg): num_clients must be >= 1, got {self.num_clients}")
+        if self.shares is not None and (self.partition != "triple" or len(self.shares) != self.num_clients):
+            raise ValueError(
+                f"data (fednsl-kg): shares={self.shares} needs partition: triple and one share per client "
+                f"(num_clients={self.num_clients})"
+            )
 
 
 def resolve_source(path: str) -> str:

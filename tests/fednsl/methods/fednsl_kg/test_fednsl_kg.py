@@ -263,6 +263,16 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["data.partition=entity"]))
     with pytest.raises(ValueError, match="no_such"):
         build_federation(load_config(CONFIG, ["method_kwargs.no_such=1"]))
+    with pytest.raises(ValueError, match="shares"):
+        build_federation(load_config(CONFIG, ["data.num_clients=3", "data.shares=[0.5,0.5]", "data.partition=triple"]))
+
+
+def test_shares_give_unequal_clients() -> None:
+    fed = build_federation(
+        load_config(CONFIG, ["data.num_clients=3", "data.partition=triple", "data.shares=[0.8,0.1,0.1]"])
+    )
+    sizes = [len(c.part.train) for c in fed.clients.values()]  # type: ignore[attr-defined]
+    assert sizes[0] > 6 * max(sizes[1:])
 
 
 def test_resume_equals_an_uninterrupted_run(federated, tmp_path: Path) -> None:
