@@ -223,3 +223,34 @@ def test_max_fanout_drops_wide_groundings_only() -> None:
         if not wide:
             np.testing.assert_allclose(cut[s], full[s], atol=1e-6)
     assert any((_brute_paths(graph, E, R, (5, 2), s) > 0).sum() > 3 for s in range(E))
+
+
+@pytest.mark.parametrize("feature", ["log1p", "count+indicator"])
+def test_h_scores_equal_the_per_grounding_definition(feature: str) -> None:
+    """H(rule) = mean over training queries of y_rule(answer) − mean_{e ∈ A} y_rule(e), computed entry by entry from
+    the groundings (y_rule(e) = Σ_k w_k φ_k(f(e)), A = candidates any rule reaches), equals the predictor's."""
+    from rules.kg_mining import directed_triples
+    from rules.kg_predictor import _known
+
+    rng = np.random.default_rng(0)
+    E, R = 40, 3
+    tr = np.unique(np.stack([rng.integers(0, E, 300), rng.integers(0, R, 300), rng.integers(0, E, 300)], 1), axis=0)
+    bodies = {1: [(0, 0), (2,), (0, 2), (5, 2), (3, 0), (0,)]}
+    cfg = PredictorConfig(epochs=3, eval_every=1, feature=feature, batch_size=16)
+    p = RulePredictor(bodies, E, num_relations=R, config=cfg)
+    p.fit(tr, tr)
+    got = p.rule_scores()[1]
+    queries = tr[tr[:, 1] == 1][:, [0, 2]]
+    w = p.models[1].weights.numpy()
+    H = np.zeros(len(bodies[1]))
+    for batch in p._batches(1, queries, _known(directed_triples(tr, R)), True):
+        phi = p._phi(batch).numpy()
+        contrib = (phi * w[batch.rule.numpy()]).sum(1)
+        row, col = batch.flat.numpy() // E, batch.flat.numpy() % E
+        for i in range(batch.size):
+            here = row == i
+            size = len(set(col[here].tolist()))
+            for j in range(len(bodies[1])):
+                mine = here & (batch.rule.numpy() == j)
+                H[j] += contrib[mine & (col == int(batch.answers[i]))].sum() - contrib[mine].sum() / max(size, 1)
+    np.testing.assert_allclose(got, H / len(queries), atol=1e-8)
