@@ -254,3 +254,49 @@ def test_h_scores_equal_the_per_grounding_definition(feature: str) -> None:
                 mine = here & (batch.rule.numpy() == j)
                 H[j] += contrib[mine & (col == int(batch.answers[i]))].sum() - contrib[mine].sum() / max(size, 1)
     np.testing.assert_allclose(got, H / len(queries), atol=1e-8)
+
+
+def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients() -> None:
+    """The sparse-batch loss (reached cells only) equals the dense softmax cross-entropy over all E candidates with
+    the other known answers filtered — value and gradients of rule weights and entity bias — including answers no
+    rule reaches and filtered candidates that rules reach."""
+    from rules.kg_mining import directed_triples
+    from rules.kg_predictor import _known
+
+    rng = np.random.default_rng(1)
+    E, R = 300, 4
+    tr = np.stack([rng.integers(0, E, 500), rng.integers(0, R, 500), rng.integers(0, E, 500)], 1)
+    multi = [(h, 1, h + k) for h in range(20) for k in (30, 60, 90)]  # queries with several known answers
+    tr = np.unique(np.concatenate([tr, np.array(multi)]), axis=0)
+    bodies = {1: [(0, 0), (2,), (0, 2), (5, 2), (3, 0), (0,), (1,)]}  # (1,) reaches the other known answers
+    p = RulePredictor(bodies, E, num_relations=R, config=PredictorConfig(feature="log1p+indicator", batch_size=64))
+    p.set_graph(tr)
+    model = p._new_model(1)
+    with torch.no_grad():
+        model.weights.copy_(torch.randn(model.weights.shape) * 2)
+        model.bias.copy_(torch.randn(E) * 3)
+    queries = tr[tr[:, 1] == 1][:, [0, 2]]
+    batches = list(p._batches(1, queries, _known(directed_triples(tr, R)), True))
+    assert any(b.filter_flat.numel() for b in batches)
+    unreached = filtered_reached = 0
+    for batch in batches:
+        cells = p._design(batch)[0]
+        unreached += int((~torch.isin(torch.arange(batch.size) * E + batch.answers, cells)).sum())
+        filtered_reached += int(torch.isin(batch.filter_flat, cells).sum())
+        grads = []
+        for fn in (p._reached_loss, None):
+            for t in (model.weights, model.bias):
+                t.requires_grad_(True)
+                t.grad = None
+            if fn is None:
+                logits = p._logits(model, batch).view(-1).index_fill(0, batch.filter_flat, float("-inf"))
+                loss = torch.nn.functional.cross_entropy(logits.view(batch.size, -1), batch.answers)
+            else:
+                loss = fn(model, batch)
+            loss.backward()
+            grads.append((float(loss.detach()), model.weights.grad.clone(), model.bias.grad.clone()))
+        (l1, w1, b1), (l2, w2, b2) = grads
+        assert l1 == pytest.approx(l2, rel=1e-5)
+        torch.testing.assert_close(w1, w2, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(b1, b2, rtol=1e-4, atol=1e-6)
+    assert unreached > 0 and filtered_reached > 0
