@@ -98,6 +98,7 @@ class _Batch:
     filter_flat: torch.Tensor  # (m,) int64 row * E + entity of other known answers
     num_rules: int = 0  # J: the head's bodies (columns of the design matrix)
     design: tuple[torch.Tensor, sp.csr_matrix, sp.csr_matrix] | None = None  # sum aggregator, built once
+    reached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # _reached_loss's per-batch index
 
     @property
     def nnz(self) -> int:
@@ -314,10 +315,19 @@ class RulePredictor:
         evaluated in float64 with a per-row shift M ≥ every logit (O(|C| + |F| + E) instead of O(B · E))."""
         E, B = self.num_entities, batch.size
         cells, phi, phi_t = self._design(batch)
+        if batch.reached is None:  # fixed per batch: unfiltered reached cells and where the answers sit among them
+            flt = np.sort(batch.filter_flat.numpy())
+            c = cells.numpy()
+            at = np.searchsorted(flt, c).clip(max=max(flt.size - 1, 0))
+            keep = torch.from_numpy(~(flt[at] == c) if flt.size else np.ones(c.size, dtype=bool))
+            answer = np.arange(B) * E + batch.answers.numpy()
+            pos = np.searchsorted(c, answer).clip(max=max(c.size - 1, 0))
+            hit = c[pos] == answer if c.size else np.zeros(B, dtype=bool)
+            batch.reached = (keep, torch.from_numpy(pos), torch.from_numpy(hit))
+        keep, pos, hit = batch.reached
         r = _SparseLinear.apply(model.weights, phi, phi_t).double()
         b = model.bias.double() if model.bias is not None else torch.zeros(E, dtype=torch.float64)
         rows, ents = cells // E, cells % E
-        keep = ~torch.isin(cells, batch.filter_flat)
         m = b.max().detach()
         total = torch.exp(b - m).sum()
         filtered = torch.zeros(B, dtype=torch.float64).index_add(
@@ -331,9 +341,6 @@ class RulePredictor:
         z = torch.exp(m - shift) * (total - filtered) + torch.zeros(B, dtype=torch.float64).index_add(
             0, k_rows, reached
         )
-        answer = torch.arange(B) * E + batch.answers
-        pos = torch.searchsorted(cells, answer).clamp(max=max(cells.numel() - 1, 0))
-        hit = cells[pos] == answer if cells.numel() else torch.zeros(B, dtype=torch.bool)
         r_answer = torch.where(hit, r[pos], torch.zeros((), dtype=torch.float64)) if cells.numel() else 0.0
         log_z = shift + torch.log(z.clamp(min=1e-300))
         return (log_z - (b[batch.answers] + r_answer)).mean().float()
