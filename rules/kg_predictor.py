@@ -533,8 +533,8 @@ class RulePredictor:
             if self.config.aggregator == "sum":  # H = (Φ ∘ w)ᵀ · (1[cell is the answer] − 1/|A_row|), per rule
                 cells, phi, _ = self._design(batch)
                 rows = (cells // E).numpy()
-                size = np.bincount(rows, minlength=batch.size).astype(np.float64)
-                coef = (cells.numpy() % E == batch.answers.numpy()[rows]).astype(np.float64) - 1.0 / size[rows]
+                per_row = np.bincount(rows, minlength=batch.size).astype(np.float64)
+                coef = (cells.numpy() % E == batch.answers.numpy()[rows]).astype(np.float64) - 1.0 / per_row[rows]
                 per_col = phi.T.astype(np.float64) @ coef  # (J·F,)
                 w = model.weights.detach().double().numpy()
                 H += torch.from_numpy((per_col.reshape(w.shape) * w).sum(1))
