@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import tempfile
 import time
@@ -115,9 +116,9 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
     lines = [f"# fednsl-kg on {dataset}: filtered link prediction (rule-only)", "",
              f"Seeds {seeds}; mean ± 95% t-interval" + (" (one seed: no interval)" if len(seeds) < 2 else "") +
              "; filtered ranking against train ∪ valid ∪ test, head and tail queries, ties by expectation "
-             "(RNNLogic); machine: 2 CPU cores shared with about 5 other sessions (load average 7-12 during these runs, "
-             "so wall times are inflated several-fold). Published figures: config `paper:` block "
-             "(specs/kg_completion.md; '(R)' there = secondary source, not re-checked).", "",
+             f"(RNNLogic); machine: 2 CPU cores, load average {os.getloadavg()[0]:.1f} when the last run ended (other "
+             "sessions' jobs inflate wall times). Published figures: the config's `paper:` block, each figure "
+             "commented with its source as checked (docs/methods/fednsl-kg.md).", "",
              "| model | MRR | Hits@1 | Hits@10 | MR | wall time (s) |", "|---|---|---|---|---|---|"]
     for name, s in settings.items():
         a = s["aggregate"]
