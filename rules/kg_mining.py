@@ -312,10 +312,7 @@ def rule_statistics(
     if dense and bodies:
         sup, size = _dense_rule_statistics(graph, head, bodies, graph.max_batch_bytes)
         return RuleStatistics(head, tuple(tuple(int(x) for x in b) for b in bodies), sup, size, int(head_adj.nnz))
-    firsts = sorted({int(b[0]) for b in bodies})
-    starts_all = np.unique(
-        np.concatenate([np.flatnonzero(np.diff(graph.adjacency[q].indptr)) for q in firsts] or [np.zeros(0, np.int64)])
-    )
+    starts_all = graph.sources([b[0] for b in bodies])
     if max_starts is not None and starts_all.size > max_starts:
         rng = np.random.default_rng([seed, head])
         starts_all = np.sort(rng.choice(starts_all, size=max_starts, replace=False))

@@ -169,6 +169,12 @@ class SparseGraph:
         pos = np.minimum(pos, max(self.edge_keys.size - 1, 0))
         return (self.edge_keys.size > 0) & (self.edge_keys[pos] == keys)
 
+    def sources(self, relations: Sequence[int]) -> np.ndarray:
+        """Sorted entities with at least one out-edge of any of ``relations`` (0..2R-1): the only starts from which
+        a body beginning with one of them can fire."""
+        rows = [np.flatnonzero(np.diff(self.adjacency[int(q)].indptr)) for q in set(relations)]
+        return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
     def inverse(self, q: int) -> int:
         """Id of the inverse of relation ``q`` (0..2R-1)."""
         R = self.num_relations

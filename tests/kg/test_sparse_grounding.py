@@ -137,3 +137,12 @@ def test_bad_input_raises(kwargs) -> None:
 def test_from_triples_rejects_inverse_ids() -> None:
     with pytest.raises(SparseGraphError, match="relation id"):
         SparseGraph.from_triples(np.array([[0, 1, 1]]), 2, 1)
+
+
+def test_sources_are_the_entities_with_an_out_edge_of_the_relations() -> None:
+    triples = np.array([[0, 0, 1], [2, 0, 1], [3, 1, 4]])
+    g = SparseGraph.from_triples(triples, 6, 2)
+    assert g.sources([0]).tolist() == [0, 2]
+    assert g.sources([2]).tolist() == [1]  # inverse of relation 0: tails of its facts
+    assert g.sources([0, 1, 0]).tolist() == [0, 2, 3]
+    assert g.sources([]).tolist() == []

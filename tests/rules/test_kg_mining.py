@@ -91,6 +91,15 @@ def test_mining_is_deterministic_and_seeded() -> None:
     assert a != c
 
 
+
+def _body_pairs(edges: set[tuple[int, int, int]], body: tuple[int, ...], n: int) -> set[tuple[int, int]]:
+    """Pairs (x, y) joined by a walk along ``body`` over directed ``edges``, by set composition."""
+    pairs = {(x, x) for x in range(n)}
+    for q in body:
+        pairs = {(x, v) for x, u in pairs for (a, r, v) in edges if a == u and r == q}
+    return pairs
+
+
 def test_rule_statistics_against_pair_sets() -> None:
     rng = np.random.default_rng(3)
     triples = np.unique(np.stack([rng.integers(0, 12, 60), rng.integers(0, 2, 60), rng.integers(0, 12, 60)], 1), axis=0)
@@ -100,9 +109,7 @@ def test_rule_statistics_against_pair_sets() -> None:
     stats = rule_statistics(g, 1, bodies, batch_size=5)
     head_pairs = {(h, t) for h, r, t in edges if r == 1}
     for j, body in enumerate(bodies):
-        pairs = {(x, x) for x in range(12)}
-        for q in body:
-            pairs = {(x, v) for x, u in pairs for (a, r, v) in edges if a == u and r == q}
+        pairs = _body_pairs(edges, body, 12)
         assert stats.body_size[j] == len(pairs)
         assert stats.support[j] == len(pairs & head_pairs)
     assert stats.head_size == len(head_pairs)
@@ -155,12 +162,7 @@ def test_sampled_starts_count_only_the_sampled_subjects() -> None:
     again = rule_statistics(g, 1, bodies, dense=False, max_starts=6, seed=4)
     np.testing.assert_array_equal(sampled.body_size, again.body_size)
     head_pairs = {(h, t) for h, r, t in edges if r == 1}
-    pair_sets = []
-    for body in bodies:
-        pairs = {(x, x) for x in range(30)}
-        for q in body:
-            pairs = {(x, v) for x, u in pairs for (a, r, v) in edges if a == u and r == q}
-        pair_sets.append(pairs)
+    pair_sets = [_body_pairs(edges, body, 30) for body in bodies]
     # the documented sample: 6 of the subjects with an edge of some body's first relation, drawn by rng((seed, head))
     firsts = {b[0] for b in bodies}
     subjects = np.array(sorted({h for h, r, _ in edges if r in firsts}))

@@ -96,7 +96,7 @@ def amie_counts(graph: SparseGraph, head: int, bodies: list[tuple[int, ...]]) ->
     head_adj = graph.adjacency[head]
     has_head = np.diff(head_adj.indptr) > 0
     if J:
-        starts_all = np.unique(np.concatenate([np.flatnonzero(np.diff(graph.adjacency[b[0]].indptr)) for b in bodies]))
+        starts_all = graph.sources([b[0] for b in bodies])
         step = graph.default_batch_size()
         for lo in range(0, starts_all.size, step):
             starts = starts_all[lo : lo + step]
