@@ -99,16 +99,18 @@ def _source(name: str) -> str:
     return "measured by the issue's author, 2 cores" if name.startswith("AnyBURL") else "published"
 
 
-def paper_rows(paper: dict[str, Any]) -> list[str]:
+def paper_rows(paper: dict[str, Any], extra_columns: int = 2) -> list[str]:
+    """Markdown rows (model, MRR, Hits@1, Hits@10, then ``extra_columns`` empty cells) of a config's ``paper:``."""
+    tail = " |" * extra_columns
     rows = []
     for name, value in paper.items():
         if name in ("source", "metrics", "note", "target"):
             continue
         if isinstance(value, list):
             cells = ["–" if v is None else f"{v:.3f}" for v in value]
-            rows.append(f"| {name} ({_source(name)}) | {cells[0]} | {cells[1]} | {cells[2]} | | |")
+            rows.append(f"| {name} ({_source(name)}) | {cells[0]} | {cells[1]} | {cells[2]} |{tail}")
         elif isinstance(value, (int, float)):
-            rows.append(f"| {name} ({_source(name)}) | {value:.3f} | – | – | | |")
+            rows.append(f"| {name} ({_source(name)}) | {value:.3f} | – | – |{tail}")
     return rows
 
 

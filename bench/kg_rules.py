@@ -9,7 +9,7 @@ Pipeline per dataset and seed (no generator, no EM — the predictor half of RNN
   3. ``kg.linkpred.evaluate_link_prediction`` on test: head and tail queries, filtered by train ∪ valid ∪ test,
      ties by expectation (pessimistic beside it), no query skipped.
 Wall time covers all three steps (data loading excluded), torch at ``--threads`` threads. Published figures
-(RNNLogic split, from the issue / the project's anchors spec, not re-checked here) are printed beside ours.
+(the dataset config's ``paper:`` block, each figure commented with its source as checked) are printed beside ours.
 
     python -m bench.kg_rules [--datasets kinship_rnnlogic umls_rnnlogic] [--seeds 0 1 2] [--rules 200]
 
@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 from bench._common import RESULTS, write_result
+from bench.kg_completion import CONFIGS, paper_rows
+from fednsl.config import load_config
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
@@ -45,37 +47,14 @@ from rules.kg_predictor import PredictorConfig, RulePredictor
 
 REPO = Path(__file__).resolve().parents[1]
 
-# filtered MRR / Hits@1 / Hits@10 on RNNLogic's split, as quoted in issue 18 (marked (R) in specs/anchors.md)
-PUBLISHED: dict[str, dict[str, tuple[float | None, float | None, float | None]]] = {
-    "kinship_rnnlogic": {
-        "Neural-LP": (0.302, 0.167, 0.596),
-        "DRUM": (0.334, 0.183, 0.675),
-        "RNNLogic w/o emb": (0.639, 0.495, 0.924),
-        "RNNLogic with emb": (0.722, 0.598, 0.949),
-        "RotatE": (0.651, 0.504, 0.932),
-    },
-    "umls_rnnlogic": {
-        "Neural-LP": (0.483, 0.332, 0.775),
-        "DRUM": (0.548, 0.358, 0.854),
-        "RNNLogic w/o emb": (0.745, 0.630, 0.924),
-        "RNNLogic with emb": (0.842, 0.772, 0.965),
-        "RotatE": (0.744, 0.636, 0.939),
-    },
-    # FB15k-237 / WN18RR: checked against the sources named in docs/methods/fednsl-kg.md (None = not reported)
-    "fb15k237": {
-        "Neural-LP (own paper; H@10 secondary)": (0.24, None, 0.362),
-        "DRUM (own paper, T=3)": (0.343, 0.255, 0.516),
-        "RNNLogic+ w/o emb (repo README defaults)": (0.327, 0.243, 0.494),
-        "RotatE": (0.338, 0.241, 0.533),
-        "AnyBURL 23-1, 60 s + 2 min (issue author, 2 cores)": (0.296, 0.218, 0.454),
-    },
-    "wn18rr": {
-        "DRUM (own paper, T=3)": (0.486, 0.425, 0.586),
-        "RNNLogic+ w/o emb (repo README defaults)": (0.472, 0.440, 0.538),
-        "RotatE": (0.476, 0.428, 0.571),
-        "AnyBURL 23-1, 60 s + 15 s (issue author, 2 cores)": (0.483, 0.449, 0.556),
-    },
-}
+#: the config whose ``paper:`` block holds each dataset's published figures (sources as checked, one home)
+PAPER_CONFIG = {"kinship_rnnlogic": "kinship", "umls_rnnlogic": "umls", "fb15k237": "fb15k237", "wn18rr": "wn18rr"}
+
+
+def published_rows(name: str) -> list[str]:
+    """Markdown rows of the published figures for dataset folder ``name`` (none for a dataset without a config)."""
+    key = PAPER_CONFIG.get(name)
+    return paper_rows(load_config(str(REPO / CONFIGS[key]), []).paper, extra_columns=0) if key else []
 
 
 def shared_data_dir() -> Path:
@@ -141,9 +120,7 @@ def table(name: str, runs: list[dict[str, Any]]) -> str:
         "|---|---|---|---|",
         f"| ours: mined rules + RulePredictor | {ms('test_mrr')} | {ms('test_hits@1')} | {ms('test_hits@10')} |",
     ]
-    for model, figures in PUBLISHED.get(name, {}).items():
-        cells = " | ".join("–" if v is None else f"{v:.3f}" for v in figures)
-        lines.append(f"| {model} (published) | {cells} |")
+    lines += published_rows(name)
     lines.append("")
     lines.append(
         f"Pessimistic MRR {ms('test_mrr_pessimistic')}; wall time per run "
