@@ -83,6 +83,9 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         seed=seed,
         max_fanout=args.max_fanout,
         max_train_queries=args.train_queries,
+        constant_rules=args.constant_rules,
+        aggregator=args.aggregator,
+        feature=args.feature,
         **({} if args.epochs is None else {"epochs": args.epochs}),
     )
     predictor = RulePredictor(bodies, E, cfg.aggregator, num_relations=R, config=cfg)
@@ -96,6 +99,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "seed": seed,
         "rules_per_head": args.rules,
         "rules_total": sum(len(b) for b in bodies.values()),
+        "constant_rules_total": log.get("constant_rules", 0),
         "mine_s": t1 - t0,
         "fit_s": t2 - t1,
         "eval_s": t3 - t2,
@@ -141,6 +145,9 @@ def main() -> None:
     ap.add_argument("--max-fanout", type=int, default=None, help="drop a (query, rule) grounding wider than this")
     ap.add_argument("--train-queries", type=int, default=4000, help="sampled training facts per head")
     ap.add_argument("--epochs", type=int, default=None, help="predictor epochs (default: PredictorConfig's)")
+    ap.add_argument("--constant-rules", type=int, default=0, help="rules with constants per head (0: none)")
+    ap.add_argument("--aggregator", default="sum", choices=["sum", "max", "noisy-or"])
+    ap.add_argument("--feature", default="log1p", help="PredictorConfig.feature, e.g. log1p+indicator")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="kg_rules")
     args = ap.parse_args()

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 import torch
 
 from kg.grounding.sparse import SparseGraph
+from rules.kg_constant_rules import ConstantRules, mine_constant_rules
 from rules.kg_mining import RuleStatistics, directed_triples, rule_statistics
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
@@ -70,6 +71,10 @@ class PredictorConfig:
     # 200 confidence-ranked rules: test MRR .630 from zero init -> .648 with scale 10, lr .02); "zero" = RNNLogic
     init: str = "confidence"  # or "amie": the body's AMIE confidence on the whole graph (own facts included)
     init_scale: float = 10.0
+    # rules with constants q(X, c) <- b(X, d) and q(X, c) <- b(X, _) (rules.kg_constant_rules), mined per head from
+    # the training facts on the grounding graph at fit time, each one more weighted rule: the best this many a head
+    constant_rules: int = 0
+    constant_min_support: int = 2
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -164,6 +169,7 @@ class RulePredictor:
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None
         self.models: dict[int, _HeadModel] = {}
+        self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
     # ------------------------------------------------------------------ graph
     def _infer_relations(self, *arrays: np.ndarray) -> int:
@@ -212,6 +218,13 @@ class RulePredictor:
                     rules.append(np.full(coo.nnz, j, dtype=np.int64))
                     counts.append(coo.data.astype(np.float32))
                     totals.append(np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()[coo.row])
+            constants = self.constants.get(q)
+            if constants is not None and len(constants):  # rule J + k points at its constant answer
+                coo = constants.fires(self.graph, heads, chunk[:, 1] if exclude_own else None).tocoo()
+                flats.append(coo.row.astype(np.int64) * E + constants.answer[coo.col])
+                rules.append(len(bodies) + coo.col.astype(np.int64))
+                counts.append(np.ones(coo.nnz, dtype=np.float32))
+                totals.append(np.ones(coo.nnz, dtype=np.float32))
             flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
             filt: list[int] = []
             if known is not None:
@@ -225,7 +238,7 @@ class RulePredictor:
                 torch.from_numpy(np.concatenate(totals) if totals else np.zeros(0, dtype=np.float32)),
                 torch.from_numpy(chunk[:, 1].copy()),
                 torch.tensor(filt, dtype=torch.int64),
-                len(bodies),
+                self._num_rules(q),
             )
 
     def _cap_fanout(self, mat: sp.csr_matrix) -> sp.csr_matrix:
@@ -345,8 +358,13 @@ class RulePredictor:
         log_z = shift + torch.log(z.clamp(min=1e-300))
         return (log_z - (b[batch.answers] + r_answer)).mean().float()
 
+    def _num_rules(self, q: int) -> int:
+        """Columns of head q's design matrix: its path bodies, then its constant rules."""
+        constants = self.constants.get(q)
+        return len(self.bodies.get(q, [])) + (len(constants) if constants is not None else 0)
+
     def _new_model(self, q: int) -> _HeadModel:
-        J = len(self.bodies.get(q, []))
+        J = self._num_rules(q)
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
@@ -391,6 +409,18 @@ class RulePredictor:
         t0 = time.perf_counter()
         log: dict[str, Any] = {"heads": {}, "config": asdict(cfg)}
         todo = sorted(self.bodies) if heads is None else sorted(int(q) for q in heads)
+        if cfg.constant_rules > 0:
+            assert self.graph is not None
+            for q in todo:
+                self.constants[q] = mine_constant_rules(
+                    self.graph,
+                    q,
+                    train_dir[train_dir[:, 1] == q][:, [0, 2]],
+                    cfg.constant_rules,
+                    min_support=cfg.constant_min_support,
+                    seed=seed,
+                )
+            log["constant_rules"] = sum(len(c) for c in self.constants.values())
         for q in todo:
             log["heads"][q] = self._fit_head(q, train_dir, valid_dir, known_train, known_valid, epochs, seed)
         log["seconds"] = time.perf_counter() - t0
@@ -425,10 +455,14 @@ class RulePredictor:
         if not cached:
             train_batches = []
         valid_batches = list(self._batches(q, vrows, known_valid, exclude_own=False)) if vrows is not None else []
-        if cfg.init in ("confidence", "amie") and self.bodies.get(q):
+        if cfg.init in ("confidence", "amie") and self._num_rules(q):
             if cfg.init == "amie":
                 assert self.graph is not None
-                conf = torch.from_numpy(rule_statistics(self.graph, q, self.bodies[q]).confidence).float()
+                none = np.zeros(0)
+                amie = rule_statistics(self.graph, q, self.bodies[q]).confidence if self.bodies.get(q) else none
+                constants = self.constants.get(q)
+                extra = constants.confidence if constants is not None else none
+                conf = torch.from_numpy(np.concatenate([amie, extra])).float()
             else:
                 conf = self._train_confidence(
                     q, train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
@@ -474,7 +508,8 @@ class RulePredictor:
                     p.copy_(b)
         for p in params:
             p.requires_grad_(False)
-        model.h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
+        h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
+        model.h_score = h_score[: len(self.bodies.get(q, []))]  # the E-step scores path bodies only
         return {
             "train_queries": int(rows.shape[0]),
             "valid_queries": 0 if vrows is None else int(vrows.shape[0]),
@@ -489,7 +524,7 @@ class RulePredictor:
         """(J,) leave-one-out confidence of each body on the head's training queries, own fact removed:
         #queries whose answer the body reaches / #(query, candidate) pairs it reaches (AMIE's standard confidence
         counted over the training queries, so a body that only fires through the query's own edge gets 0)."""
-        J = len(self.bodies[q])
+        J = self._num_rules(q)
         hits = torch.zeros(J, dtype=torch.float64)
         size = torch.zeros(J, dtype=torch.float64)
         for batch in batches:
@@ -585,10 +620,11 @@ class RulePredictor:
     def rule_weights(self) -> dict[int, np.ndarray]:
         """Per head relation: (J,) learned weight per body (σ(w) = confidence for max / noisy-or); (J, F) when
         ``config.feature`` names F > 1 features."""
-        return {
-            q: (m.weights[:, 0] if m.weights.shape[1] == 1 else m.weights).detach().numpy().copy()
-            for q, m in self.models.items()
-        }
+        out = {}
+        for q, m in self.models.items():
+            w = m.weights[: len(self.bodies.get(q, []))]
+            out[q] = (w[:, 0] if w.shape[1] == 1 else w).detach().numpy().copy()
+        return out
 
     def rule_counts(self, graph_triples: np.ndarray | torch.Tensor | None = None) -> dict[int, RuleStatistics]:
         """Per head relation: AMIE-style support / body size / head size of each body on the predictor's graph

@@ -107,6 +107,7 @@ class SparseGraph:
         self.dense_max_bytes = int(dense_max_bytes)
         self._torch_t: list[torch.Tensor] | None = None
         self._dense: list[np.ndarray | None] = [None] * len(adjacency)
+        self._neighbourhood: sp.csr_matrix | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -174,6 +175,18 @@ class SparseGraph:
         a body beginning with one of them can fire."""
         rows = [np.flatnonzero(np.diff(self.adjacency[int(q)].indptr)) for q in set(relations)]
         return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+    def neighbourhood(self) -> sp.csr_matrix:
+        """(E, 2R·E) 0/1 CSR, cached: row x has a 1 at column b·E + d for every directed edge x -b-> d (the
+        constant-body features of AnyBURL-style rules ``r(X, c) <- b(X, d)``)."""
+        if self._neighbourhood is None:
+            E = self.num_entities
+            keys = self.edge_keys
+            src = (keys // E) % E
+            col = (keys // (E * E)) * E + keys % E
+            data = np.ones(keys.size, dtype=np.float32)
+            self._neighbourhood = sp.csr_matrix((data, (src, col)), shape=(E, 2 * self.num_relations * E))
+        return self._neighbourhood
 
     def inverse(self, q: int) -> int:
         """Id of the inverse of relation ``q`` (0..2R-1)."""
