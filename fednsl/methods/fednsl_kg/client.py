@@ -29,7 +29,7 @@ from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, encode_rank_sums
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
-from rules.kg_mining import mine_chain_rule_support
+from rules.kg_mining import mine_chain_rule_support, rule_statistics
 from rules.kg_predictor import PredictorConfig, RulePredictor
 from rules.measures import RuleCounts
 
@@ -68,10 +68,18 @@ def mine_forward_rules(
 ) -> dict[int, dict[tuple[int, ...], int]]:
     """Mined bodies with supports per forward head r (0..R-1): the inverse head r+R's bodies are mirrored onto r
     and their supports added. ``options``: ``max_rules_per_head`` (default 200, after merging), ``min_support``
-    (default 1) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    (default 1), ``rank_by`` (``support``, the default, or ``confidence``: the ``pool_per_head`` best supported
+    bodies (default 1000) re-ranked by AMIE confidence on the local graph before the cap, counted from at most
+    ``confidence_starts`` sampled start entities — the order of ``rules.kg_mining.mine_chain_rules``) and the
+    keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
     opts = dict(options)
     cap = opts.pop("max_rules_per_head", 200)
     min_support = int(opts.pop("min_support", 1))
+    rank_by = opts.pop("rank_by", "support")
+    pool = int(opts.pop("pool_per_head", 1000))
+    confidence_starts = opts.pop("confidence_starts", None)
+    if rank_by not in ("support", "confidence"):
+        raise ValueError(f"method_kwargs.mining.rank_by={rank_by!r}; expected 'support' or 'confidence'")
     R = graph.num_relations
     per_head: dict[int, dict[tuple[int, ...], int]] = {}
     for q, table in mine_chain_rule_support(graph, train, max_len, seed=seed, **opts).items():
@@ -83,6 +91,10 @@ def mine_forward_rules(
     out = {}
     for r, table in sorted(per_head.items()):
         ranked = sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))
+        if rank_by == "confidence" and ranked:
+            ranked = ranked[:pool]
+            conf = rule_statistics(graph, r, ranked, max_starts=confidence_starts, seed=seed).confidence
+            ranked = [ranked[i] for i in np.lexsort((np.arange(len(ranked)), -conf))]
         out[r] = {b: table[b] for b in (ranked if cap is None else ranked[: int(cap)])}
     return out
 

@@ -14,7 +14,7 @@ from fednsl.cli.main import cli
 from fednsl.config import load_config
 from fednsl.federation.records import Message, validate
 from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets, strip
-from fednsl.methods.fednsl_kg.client import amie_counts, posterior_from_scores
+from fednsl.methods.fednsl_kg.client import amie_counts, mine_forward_rules, posterior_from_scores
 from fednsl.methods.fednsl_kg.messages import (
     EVAL_SCHEMA,
     decode_rank_sums,
@@ -309,3 +309,24 @@ def test_whole_loop_on_nations_sized_data(tmp_path: Path) -> None:
     assert s["test_queries"] == 2 * len(kg.test)
     baseline, _ = score_rules([], kg, predictor={"epochs": 5, "eval_every": 5, "patience": 1})
     assert s["test_mrr"] > baseline.compute()["mrr"] + 0.05
+
+
+def test_mining_ranked_by_confidence_reorders_by_amie_counts() -> None:
+    """``mining.rank_by: confidence``: the same bodies as support ranking, reordered by support / body size as
+    ``amie_counts`` counts them, and the cap keeps the most confident ones."""
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    graph = SparseGraph.from_triples(kg.train, kg.num_entities, kg.num_relations)
+    opts = {"samples_per_relation": 80, "max_rules_per_head": None}
+    by_support = mine_forward_rules(graph, kg.train, 2, 0, opts)
+    by_conf = mine_forward_rules(graph, kg.train, 2, 0, {**opts, "rank_by": "confidence"})
+    capped = mine_forward_rules(graph, kg.train, 2, 0, {**opts, "rank_by": "confidence", "max_rules_per_head": 3})
+    assert by_conf.keys() == by_support.keys()
+    for r, table in by_conf.items():
+        assert table == by_support[r]  # same bodies, same supports
+        bodies = list(table)
+        c = amie_counts(graph, r, bodies)
+        conf = c.support / np.maximum(c.body_size, 1)
+        assert np.all(np.diff(conf) <= 1e-12)
+        assert list(capped[r]) == bodies[:3]
+    with pytest.raises(ValueError, match="rank_by"):
+        mine_forward_rules(graph, kg.train, 2, 0, {"rank_by": "lift"})
