@@ -16,7 +16,11 @@ denominator), on the train facts of q, with the query's own fact removed from th
 grounding it — otherwise the body [q] (or any path through the edge) trivially fires. ``max_fanout`` (optional)
 drops a rule's groundings for a query when the rule reaches more than that many candidates from it: on FB15k-237 a
 length-3 body through a hub (a country, a profession) reaches thousands of entities from every query, costs most
-of the training time and adds little beyond the per-head entity bias. At valid/test time the graph
+of the training time and adds little beyond the per-head entity bias. ``constant_rules`` > 0 adds rules with
+constants (``rules.kg_constant_rules``: q(X, c) <- b(X, d) and q(X, c) <- b(X, _), mined per head from the
+training facts at fit time): rule k fires for a query whose entity has the body and points at its one candidate
+c, entering the score as one more weighted rule (columns J.. of the design matrix, after the J path bodies; the
+E-step's ``rule_scores`` and ``rule_weights`` cover the path bodies only). At valid/test time the graph
 is ``graph_triples`` unchanged (RNNLogic grounds test queries on the train graph). Every head relation has its
 own parameters, so heads are trained one after the other; each is early-stopped on its valid queries' filtered
 MRR (expectation over ties) when ``valid_triples`` is given.
