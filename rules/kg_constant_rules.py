@@ -55,16 +55,14 @@ class ConstantRules:
         fact (starts[i], head, own_answers[i]) is removed from the graph first (-1: nothing removed)."""
         rows = _rows_without_own_edge(graph, self.head, starts, own_answers)
         feats = sp.hstack([rows, _dangling(rows, graph)], format="csr")
-        if not self._selector:
+        if not self._selector or self._selector[0].shape[0] != feats.shape[1]:  # built once per graph shape
             width = 2 * graph.num_relations * graph.num_entities
             cols = np.where(
                 self.constant >= 0, self.relation * graph.num_entities + self.constant, width + self.relation
             )
             k = len(self)
-            sel = sp.csr_matrix(
-                (np.ones(k, dtype=np.float32), (cols, np.arange(k))), shape=(width + 2 * graph.num_relations, k)
-            )
-            self._selector.append(sel)
+            sel = sp.csr_matrix((np.ones(k, dtype=np.float32), (cols, np.arange(k))), shape=(feats.shape[1], k))
+            self._selector[:] = [sel]
         out = sp.csr_matrix(feats @ self._selector[0])
         out.eliminate_zeros()
         return out
