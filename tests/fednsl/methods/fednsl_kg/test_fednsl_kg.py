@@ -330,3 +330,13 @@ def test_mining_ranked_by_confidence_reorders_by_amie_counts() -> None:
         assert list(capped[r]) == bodies[:3]
     with pytest.raises(ValueError, match="rank_by"):
         mine_forward_rules(graph, kg.train, 2, 0, {"rank_by": "lift"})
+
+
+def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Path) -> None:
+    """The options of the KG configs (predictor.constant_rules, mining.rank_by), end to end on the embedded KG."""
+    over = [*FAST, "rounds=1", "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, constant_rules: 20}",
+            "method_kwargs.mining={samples_per_relation: 80, max_rules_per_head: 20, rank_by: confidence}"]
+    out = tmp_path / "const"
+    train(load_config(CONFIG, over), out, progress=False)
+    s = json.loads((out / "summary.json").read_text())
+    assert all(np.isfinite(s[k]) for k in TEST_KEYS) and s["test_mrr"] > 0.2
