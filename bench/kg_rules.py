@@ -93,6 +93,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         aggregator=args.aggregator,
         feature=args.feature,
         **({} if args.epochs is None else {"epochs": args.epochs}),
+        **({} if args.cache_nnz is None else {"cache_nnz": args.cache_nnz}),
     )
     predictor = RulePredictor(bodies, E, cfg.aggregator, num_relations=R, config=cfg)
     log = predictor.fit(kg.train, kg.train, valid_triples=kg.valid)
@@ -160,6 +161,7 @@ def main() -> None:
     ap.add_argument("--constant-rules", type=int, default=0, help="rules with constants per head (0: none)")
     ap.add_argument("--aggregator", default="sum", choices=["sum", "max", "noisy-or"])
     ap.add_argument("--feature", default="log1p", help="PredictorConfig.feature, e.g. log1p+indicator")
+    ap.add_argument("--cache-nnz", type=int, default=None, help="PredictorConfig.cache_nnz (memory against time)")
     ap.add_argument("--heads", type=int, default=None, help="only this many sampled query relations; valid MRR only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="kg_rules")
