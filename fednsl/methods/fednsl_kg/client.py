@@ -29,7 +29,7 @@ from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, encode_rank_sums
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
-from rules.kg_mining import mine_chain_rule_support, rule_statistics
+from rules.kg_mining import mine_chain_rule_support, rank_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor
 from rules.measures import RuleCounts
 
@@ -90,12 +90,18 @@ def mine_forward_rules(
             slot[b] = slot.get(b, 0) + int(n)
     out = {}
     for r, table in sorted(per_head.items()):
-        ranked = sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))
-        if rank_by == "confidence" and ranked:
-            ranked = ranked[:pool]
-            conf = rule_statistics(graph, r, ranked, max_starts=confidence_starts, seed=seed).confidence
-            ranked = [ranked[i] for i in np.lexsort((np.arange(len(ranked)), -conf))]
-        out[r] = {b: table[b] for b in (ranked if cap is None else ranked[: int(cap)])}
+        ranked = rank_bodies(
+            graph,
+            r,
+            table,
+            rank_by=rank_by,
+            pool_per_head=pool,
+            min_support=min_support,
+            max_rules=None if cap is None else int(cap),
+            confidence_starts=confidence_starts,
+            seed=seed,
+        )
+        out[r] = {b: table[b] for b in ranked}
     return out
 
 
