@@ -20,7 +20,7 @@ part of a federation message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,7 +40,6 @@ class ConstantRules:
     answer: np.ndarray  # (K,) int64 head constant c
     support: np.ndarray  # (K,) int64
     body_size: np.ndarray  # (K,) int64
-    _selector: list[sp.csr_matrix] = field(default_factory=list, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.answer.size)
@@ -54,16 +53,10 @@ class ConstantRules:
         """(B, K) 0/1 CSR: rule k fires for the query (starts[i], head, ?). ``own_answers`` (B,): the query's own
         fact (starts[i], head, own_answers[i]) is removed from the graph first (-1: nothing removed)."""
         rows = _rows_without_own_edge(graph, self.head, starts, own_answers)
-        feats = sp.hstack([rows, _dangling(rows, graph)], format="csr")
-        if not self._selector or self._selector[0].shape[0] != feats.shape[1]:  # built once per graph shape
-            width = 2 * graph.num_relations * graph.num_entities
-            cols = np.where(
-                self.constant >= 0, self.relation * graph.num_entities + self.constant, width + self.relation
-            )
-            k = len(self)
-            sel = sp.csr_matrix((np.ones(k, dtype=np.float32), (cols, np.arange(k))), shape=(feats.shape[1], k))
-            self._selector[:] = [sel]
-        out = sp.csr_matrix(feats @ self._selector[0])
+        feats = sp.hstack([rows, _dangling(rows, graph)], format="csr")  # (B, 2R·E + 2R)
+        width = 2 * graph.num_relations * graph.num_entities
+        cols = np.where(self.constant >= 0, self.relation * graph.num_entities + self.constant, width + self.relation)
+        out = sp.csr_matrix(feats[:, cols])  # column k = rule k's body feature (no (2R·E, K) selector is ever built)
         out.eliminate_zeros()
         return out
 

@@ -66,6 +66,7 @@ class PredictorConfig:
     eval_every: int = 5
     patience: int = 4  # evaluations without improvement before stopping a head
     batch_size: int = 512  # queries per grounding batch (and per optimiser step)
+    batch_nnz: int = 8_000_000  # at most this many grounding entries a batch: larger chunks are split by query
     max_train_queries: int | None = 4000  # sampled train facts per head (bounded time on FB15k-237)
     cache_nnz: int = 40_000_000  # cache a head's train features when they hold at most this many non-zeros
     max_fanout: int | None = None  # drop a (query, rule) grounding reaching more candidates than this (None: keep)
@@ -106,7 +107,7 @@ class _Batch:
     answers: torch.Tensor  # (B,) int64 (or empty when unknown)
     filter_flat: torch.Tensor  # (m,) int64 row * E + entity of other known answers
     num_rules: int = 0  # J: the head's bodies (columns of the design matrix)
-    design: tuple[torch.Tensor, sp.csr_matrix, sp.csr_matrix] | None = None  # sum aggregator, built once
+    design: tuple[torch.Tensor, sp.csr_matrix] | None = None  # sum aggregator, built once
     reached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # _reached_loss's per-batch index
 
     @property
@@ -115,20 +116,21 @@ class _Batch:
 
 
 class _SparseLinear(torch.autograd.Function):
-    """y = Φ · vec(w) with a fixed scipy CSR Φ (U, J·F); the backward is Φᵀ · g (a precomputed CSR transpose).
+    """y = Φ · vec(w) with a fixed scipy CSR Φ (U, J·F); the backward is Φᵀ · g (Φ.T, a CSC view: no copy, and
+    ~3× faster than a precomputed CSR transpose on 12M entries, 0.02 s against 0.06 s).
 
     A scipy mat-vec is ~10× faster on CPU than the gather / index_add pair it replaces (12M entries: 0.06 s vs
     0.57 s forward + backward), and the sum aggregator's score is exactly this linear map."""
 
     @staticmethod
-    def forward(ctx: Any, w: torch.Tensor, phi: sp.csr_matrix, phi_t: sp.csr_matrix) -> torch.Tensor:
-        ctx.phi_t, ctx.shape = phi_t, w.shape
+    def forward(ctx: Any, w: torch.Tensor, phi: sp.csr_matrix) -> torch.Tensor:
+        ctx.phi, ctx.shape = phi, w.shape
         return torch.from_numpy(np.asarray(phi @ w.detach().numpy().ravel(), dtype=np.float32))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        g = np.asarray(ctx.phi_t @ grad.detach().numpy().astype(np.float32, copy=False), dtype=np.float32)
-        return torch.from_numpy(g).view(ctx.shape), None, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        g = np.asarray(ctx.phi.T @ grad.detach().numpy().astype(np.float32, copy=False), dtype=np.float32)
+        return torch.from_numpy(g).view(ctx.shape), None
 
 
 @dataclass
@@ -201,49 +203,92 @@ class RulePredictor:
     def _batches(
         self, q: int, queries: np.ndarray, known: dict[tuple[int, int], set[int]] | None, exclude_own: bool
     ) -> Iterator[_Batch]:
-        """Ground ``queries`` (n, 2) [h, t] of head q in batches (t = -1: unknown answer)."""
+        """Ground ``queries`` (n, 2) [h, t] of head q in batches (t = -1: unknown answer).
+
+        Queries are grounded ``batch_size`` at a time; a chunk whose groundings exceed ``batch_nnz`` is split by
+        query rows into batches of at most ``batch_nnz`` entries (one query may exceed it alone), and the head's
+        later chunks shrink to about ``batch_nnz`` entries, so one batch's design matrix stays bounded on hub
+        relations."""
+        assert self.graph is not None
+        cap = self.config.batch_nnz
+        step = self.config.batch_size
+        lo = 0
+        while lo < queries.shape[0]:
+            chunk = queries[lo : lo + step]
+            lo += chunk.shape[0]
+            flat, rule, count, total = self._ground(q, chunk, exclude_own)
+            if flat.size <= cap:
+                yield self._batch(q, chunk, flat, rule, count, total, known)
+                continue
+            step = max(1, int(chunk.shape[0] * cap / flat.size))
+            E = self.num_entities
+            order = np.argsort(flat // E, kind="stable")
+            flat, rule, count, total = flat[order], rule[order], count[order], total[order]
+            ends = np.cumsum(np.bincount(flat // E, minlength=chunk.shape[0]))  # entries of rows < i + 1
+            a = 0
+            while a < chunk.shape[0]:
+                start = ends[a - 1] if a else 0
+                b = max(a + 1, int(np.searchsorted(ends, start + cap, side="right")))
+                sl = slice(start, ends[b - 1])
+                yield self._batch(q, chunk[a:b], flat[sl] - a * E, rule[sl], count[sl], total[sl], known)
+                a = b
+
+    def _ground(
+        self, q: int, chunk: np.ndarray, exclude_own: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Grounding entries of a query chunk (B, 2): (flat row·E + entity, rule, path count, row total of the
+        rule's counts), path bodies first, then the constant rules (column J + k points at its constant answer)."""
         assert self.graph is not None
         E = self.num_entities
         bodies = self.bodies.get(q, [])
-        step = self.config.batch_size
-        for lo in range(0, queries.shape[0], step):
-            chunk = queries[lo : lo + step]
-            b = chunk.shape[0]
-            heads = chunk[:, 0]
-            excl = None
-            if exclude_own:
-                excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1)
-            flats, rules, counts, totals = [], [], [], []
-            if bodies:
-                for j, mat in self.graph.iter_path_counts(bodies, heads, exclude=excl):
-                    mat = self._cap_fanout(mat)
-                    coo = mat.tocoo()
-                    flats.append(coo.row.astype(np.int64) * E + coo.col)
-                    rules.append(np.full(coo.nnz, j, dtype=np.int64))
-                    counts.append(coo.data.astype(np.float32))
-                    totals.append(np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()[coo.row])
-            constants = self.constants.get(q)
-            if constants is not None and len(constants):  # rule J + k points at its constant answer
-                coo = constants.fires(self.graph, heads, chunk[:, 1] if exclude_own else None).tocoo()
-                flats.append(coo.row.astype(np.int64) * E + constants.answer[coo.col])
-                rules.append(len(bodies) + coo.col.astype(np.int64))
-                counts.append(np.ones(coo.nnz, dtype=np.float32))
-                totals.append(np.ones(coo.nnz, dtype=np.float32))
-            flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
-            filt: list[int] = []
-            if known is not None:
-                for i, (h, t) in enumerate(chunk):
-                    filt.extend(i * E + o for o in known.get((int(h), q), ()) if o != t)
-            yield _Batch(
-                b,
-                torch.from_numpy(flat),
-                torch.from_numpy(np.concatenate(rules) if rules else np.zeros(0, dtype=np.int64)),
-                torch.from_numpy(np.concatenate(counts) if counts else np.zeros(0, dtype=np.float32)),
-                torch.from_numpy(np.concatenate(totals) if totals else np.zeros(0, dtype=np.float32)),
-                torch.from_numpy(chunk[:, 1].copy()),
-                torch.tensor(filt, dtype=torch.int64),
-                self._num_rules(q),
-            )
+        b = chunk.shape[0]
+        heads = chunk[:, 0]
+        excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1) if exclude_own else None
+        flats, rules, counts, totals = [], [], [], []
+        if bodies:
+            for j, mat in self.graph.iter_path_counts(bodies, heads, exclude=excl):
+                mat = self._cap_fanout(mat)
+                coo = mat.tocoo()
+                flats.append(coo.row.astype(np.int64) * E + coo.col)
+                rules.append(np.full(coo.nnz, j, dtype=np.int64))
+                counts.append(coo.data.astype(np.float32))
+                totals.append(np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()[coo.row])
+        constants = self.constants.get(q)
+        if constants is not None and len(constants):
+            coo = constants.fires(self.graph, heads, chunk[:, 1] if exclude_own else None).tocoo()
+            flats.append(coo.row.astype(np.int64) * E + constants.answer[coo.col])
+            rules.append(len(bodies) + coo.col.astype(np.int64))
+            counts.append(np.ones(coo.nnz, dtype=np.float32))
+            totals.append(np.ones(coo.nnz, dtype=np.float32))
+        if not flats:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.float32)
+        return np.concatenate(flats), np.concatenate(rules), np.concatenate(counts), np.concatenate(totals)
+
+    def _batch(
+        self,
+        q: int,
+        chunk: np.ndarray,
+        flat: np.ndarray,
+        rule: np.ndarray,
+        count: np.ndarray,
+        total: np.ndarray,
+        known: dict[tuple[int, int], set[int]] | None,
+    ) -> _Batch:
+        E = self.num_entities
+        filt: list[int] = []
+        if known is not None:
+            for i, (h, t) in enumerate(chunk):
+                filt.extend(i * E + o for o in known.get((int(h), q), ()) if o != t)
+        return _Batch(
+            chunk.shape[0],
+            torch.from_numpy(flat),
+            torch.from_numpy(rule),
+            torch.from_numpy(count),
+            torch.from_numpy(total),
+            torch.from_numpy(chunk[:, 1].copy()),
+            torch.tensor(filt, dtype=torch.int64),
+            self._num_rules(q),
+        )
 
     def _cap_fanout(self, mat: sp.csr_matrix) -> sp.csr_matrix:
         """Zero the rows of a (B, E) path-count matrix that reach more than ``max_fanout`` candidates."""
@@ -256,8 +301,8 @@ class RulePredictor:
             return mat
         return sp.csr_matrix(sp.diags((~wide).astype(mat.dtype)) @ mat)
 
-    def _design(self, batch: _Batch) -> tuple[torch.Tensor, sp.csr_matrix, sp.csr_matrix]:
-        """(cells (U,), Φ (U, J·F), Φᵀ) of a batch for the sum aggregator: the U distinct (query, candidate) cells
+    def _design(self, batch: _Batch) -> tuple[torch.Tensor, sp.csr_matrix]:
+        """(cells (U,), Φ (U, J·F)) of a batch for the sum aggregator: the U distinct (query, candidate) cells
         some rule reaches and their feature values, Φ[u, j·F + k] = φ_k(f_j(cell u))."""
         if batch.design is None:
             J, F = batch.num_rules, len(self.features)
@@ -267,7 +312,7 @@ class RulePredictor:
             mat = sp.csr_matrix(
                 (phi.ravel(), (np.repeat(inverse, F), cols.ravel())), shape=(cells.size, J * F), dtype=np.float32
             )
-            batch.design = (torch.from_numpy(cells), mat, mat.T.tocsr())
+            batch.design = (torch.from_numpy(cells), mat)
         return batch.design
 
     def _phi(self, batch: _Batch) -> torch.Tensor:
@@ -298,8 +343,8 @@ class RulePredictor:
         E = self.num_entities
         agg = self.config.aggregator
         if agg == "sum":  # linear in the weights: one sparse mat-vec over the reached cells
-            cells, phi, phi_t = self._design(batch)
-            reached = _SparseLinear.apply(model.weights, phi, phi_t)
+            cells, phi = self._design(batch)
+            reached = _SparseLinear.apply(model.weights, phi)
             s = torch.zeros(batch.size * E).index_copy(0, cells, reached)
         elif agg == "max":
             contrib = self._contributions(model, batch)
@@ -331,7 +376,7 @@ class RulePredictor:
 
         evaluated in float64 with a per-row shift M ≥ every logit (O(|C| + |F| + E) instead of O(B · E))."""
         E, B = self.num_entities, batch.size
-        cells, phi, phi_t = self._design(batch)
+        cells, phi = self._design(batch)
         if batch.reached is None:  # fixed per batch: unfiltered reached cells and where the answers sit among them
             flt = np.sort(batch.filter_flat.numpy())
             c = cells.numpy()
@@ -342,7 +387,7 @@ class RulePredictor:
             hit = c[pos] == answer if c.size else np.zeros(B, dtype=bool)
             batch.reached = (keep, torch.from_numpy(pos), torch.from_numpy(hit))
         keep, pos, hit = batch.reached
-        r = _SparseLinear.apply(model.weights, phi, phi_t).double()
+        r = _SparseLinear.apply(model.weights, phi).double()
         b = model.bias.double() if model.bias is not None else torch.zeros(E, dtype=torch.float64)
         rows, ents = cells // E, cells % E
         m = b.max().detach()
@@ -454,9 +499,9 @@ class RulePredictor:
         if rows.shape[0] == 0:
             return {"train_queries": 0}
         vrows = None if valid_dir is None else valid_dir[valid_dir[:, 1] == q][:, [0, 2]]
-        train_batches = list(self._batches(q, rows, known_train, exclude_own=True))
-        cached = sum(b.nnz for b in train_batches) <= cfg.cache_nnz
-        if not cached:
+        train_batches = self._cached(self._batches(q, rows, known_train, exclude_own=True))
+        cached = train_batches is not None
+        if train_batches is None:
             train_batches = []
         valid_batches = list(self._batches(q, vrows, known_valid, exclude_own=False)) if vrows is not None else []
         if cfg.init in ("confidence", "amie") and self._num_rules(q):
@@ -523,6 +568,17 @@ class RulePredictor:
             "cached": cached,
         }
 
+    def _cached(self, batches: Iterator[_Batch]) -> list[_Batch] | None:
+        """The batches as a list while they hold at most ``cache_nnz`` entries in all, else None (stops grounding
+        at the first batch over the limit, so an uncacheable head never holds more than one batch at once)."""
+        out, nnz = [], 0
+        for batch in batches:
+            nnz += batch.nnz
+            if nnz > self.config.cache_nnz:
+                return None
+            out.append(batch)
+        return out
+
     @torch.no_grad()
     def _train_confidence(self, q: int, batches: Sequence[_Batch] | Iterator[_Batch]) -> torch.Tensor:
         """(J,) leave-one-out confidence of each body on the head's training queries, own fact removed:
@@ -570,7 +626,7 @@ class RulePredictor:
             if batch.nnz == 0:
                 continue
             if self.config.aggregator == "sum":  # H = (Φ ∘ w)ᵀ · (1[cell is the answer] − 1/|A_row|), per rule
-                cells, phi, _ = self._design(batch)
+                cells, phi = self._design(batch)
                 rows = (cells // E).numpy()
                 per_row = np.bincount(rows, minlength=batch.size).astype(np.float64)
                 coef = (cells.numpy() % E == batch.answers.numpy()[rows]).astype(np.float64) - 1.0 / per_row[rows]
