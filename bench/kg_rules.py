@@ -30,6 +30,7 @@ import resource
 import statistics
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ import torch
 
 from bench._common import RESULTS, write_result
 from bench.kg_completion import CONFIGS, paper_rows
-from fednsl.config import load_config
+from fednsl.config import load_config, parse_override
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
@@ -59,6 +60,18 @@ def published_rows(name: str) -> list[str]:
 
 def shared_data_dir() -> Path:
     return Path(os.environ.get("FEDNSL_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def predictor_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (values read as YAML) naming fields of :class:`PredictorConfig`."""
+    known = {f.name for f in fields(PredictorConfig)}
+    out = {}
+    for item in items:
+        path, value = parse_override(item)
+        if len(path) != 1 or path[0] not in known:
+            raise SystemExit(f"--predictor {item!r}: not a PredictorConfig field (one of {', '.join(sorted(known))})")
+        out[path[0]] = value
+    return out
 
 
 def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -94,6 +107,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         feature=args.feature,
         **({} if args.epochs is None else {"epochs": args.epochs}),
         **({} if args.cache_nnz is None else {"cache_nnz": args.cache_nnz}),
+        **predictor_overrides(args.predictor),
     )
     predictor = RulePredictor(bodies, E, cfg.aggregator, num_relations=R, config=cfg)
     log = predictor.fit(kg.train, kg.train, valid_triples=kg.valid)
@@ -162,6 +176,9 @@ def main() -> None:
     ap.add_argument("--aggregator", default="sum", choices=["sum", "max", "noisy-or"])
     ap.add_argument("--feature", default="log1p", help="PredictorConfig.feature, e.g. log1p+indicator")
     ap.add_argument("--cache-nnz", type=int, default=None, help="PredictorConfig.cache_nnz (memory against time)")
+    ap.add_argument(
+        "--predictor", nargs="*", default=[], metavar="KEY=VALUE", help="other PredictorConfig fields, e.g. lr=0.01"
+    )
     ap.add_argument("--heads", type=int, default=None, help="only this many sampled query relations; valid MRR only")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="kg_rules")
