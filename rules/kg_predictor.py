@@ -222,9 +222,10 @@ class RulePredictor:
                 continue
             step = max(1, int(chunk.shape[0] * cap / flat.size))
             E = self.num_entities
-            order = np.argsort(flat // E, kind="stable")
+            rows = flat // E
+            order = np.argsort(rows, kind="stable")
             flat, rule, count, total = flat[order], rule[order], count[order], total[order]
-            ends = np.cumsum(np.bincount(flat // E, minlength=chunk.shape[0]))  # entries of rows < i + 1
+            ends = np.cumsum(np.bincount(rows, minlength=chunk.shape[0]))  # ends[i]: entries of rows 0..i
             a = 0
             while a < chunk.shape[0]:
                 start = ends[a - 1] if a else 0
