@@ -17,7 +17,8 @@ Intervals: 95 % percentile bootstrap over test documents (documents resampled wi
 (seed, client), the same draws for every variant and λ, so differences are paired), of the mean over seeds of
 the metric as the server reports it (mean over clients of F1 / Ign-F1, pooled logic accuracy). Golden rules in
 the top 5 is a property of the server's pool (no documents): mean ± std over seeds. Written: OUT/ablation.md and
-OUT/ablation.json, copied to bench/results/fednsl_ablation_<config>.{md,json}, and OUT/plots/ablation_lambda.png.
+OUT/ablation.json, copied to bench/results/fednsl_ablation_<config>[_<tag>].{md,json}, and
+OUT/plots/ablation_lambda.png.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("runs/ablation"), help="output folder")
+    ap.add_argument("--tag", default="", help="suffix of the results' names: fednsl_ablation_<config>_<tag>")
     args = ap.parse_args(argv)
 
     base = list(args.overrides) + ([f"rounds={args.rounds}"] if args.rounds else [])
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (args.out / "ablation.json").write_text(json.dumps(results, indent=1, default=str))
     res_dir = Path(__file__).resolve().parent / "results"
     res_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"fednsl_ablation_{Path(args.config).stem}"
+    stem = f"fednsl_ablation_{Path(args.config).stem}" + (f"_{args.tag}" if args.tag else "")
     (res_dir / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
     (res_dir / f"{stem}.md").write_text(text)
     print(text)

@@ -80,6 +80,10 @@ class PredictorConfig:
     # the training facts on the grounding graph at fit time, each one more weighted rule: the best this many a head
     constant_rules: int = 0
     constant_min_support: int = 2
+    # a learned prior over the candidate's relation types, added to b_q: s(e) += Σ_b u_qb · 1[e has a b-edge] (the
+    # zero-length rules q(X, Y) <- b(Y, _), one weight per body relation b ∉ {q, q⁻¹}: those two would see the
+    # query's own fact); it ranks type-compatible candidates that the per-entity bias has never seen as answers
+    type_prior: bool = False
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -139,6 +143,12 @@ class _HeadModel:
     bias: torch.Tensor | None  # (E,)
     log_scale: torch.Tensor  # () for max / noisy-or
     h_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    type_weights: torch.Tensor | None = None  # (2R,) u_q of the type prior, 0 at q and q⁻¹
+    type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
+
+    def parameters(self) -> list[torch.Tensor]:
+        opt = [self.bias] if self.bias is not None else []
+        return [self.weights, self.log_scale, *opt, *([self.type_weights] if self.type_weights is not None else [])]
 
 
 class RulePredictor:
@@ -174,6 +184,7 @@ class RulePredictor:
                 raise ValueError(f"head {q}: empty body")
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None
+        self._type_matrix: sp.csr_matrix | None = None  # (E, 2R) of the type prior, built on first use
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -197,6 +208,7 @@ class RulePredictor:
             if not 0 <= q < 2 * R or any(not 0 <= x < 2 * R for b in bodies for x in b):
                 raise ValueError(f"head {q}: a relation id is outside [0, {2 * R}) for R = {R} relations")
         self.graph = SparseGraph.from_triples(arr, self.num_entities, R)
+        self._type_matrix = None
         return self.graph
 
     # ------------------------------------------------------------------ features
@@ -340,6 +352,22 @@ class RulePredictor:
             return conf
         return -torch.log1p(-conf.clamp(max=1 - 1e-6)) * batch.count  # noisy-or: −f·log(1 − c)
 
+    def _types(self) -> sp.csr_matrix:
+        """(E, 2R) 0/1 CSR: whether entity e has an edge of relation b (out-edges of b, in-edges as b⁻¹)."""
+        assert self.graph is not None
+        if self._type_matrix is None:
+            cols = [sp.csr_matrix((np.diff(a.indptr) > 0).astype(np.float32)[:, None]) for a in self.graph.adjacency]
+            self._type_matrix = sp.hstack(cols, format="csr")
+        return self._type_matrix
+
+    def _prior(self, model: _HeadModel) -> torch.Tensor | None:
+        """(E,) the candidates' score before any rule: entity bias b_q plus the type prior, or None."""
+        if model.type_weights is None:
+            return model.bias
+        assert model.type_mask is not None
+        prior = _SparseLinear.apply(model.type_weights * model.type_mask, self._types())
+        return prior if model.bias is None else prior + model.bias
+
     def _logits(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
         E = self.num_entities
         agg = self.config.aggregator
@@ -355,8 +383,9 @@ class RulePredictor:
             acc = torch.zeros(batch.size * E).index_add(0, batch.flat, self._contributions(model, batch))
             s = -torch.expm1(-acc) * model.log_scale.exp()
         s = s.view(batch.size, E)
-        if model.bias is not None:
-            s = s + model.bias
+        prior = self._prior(model)
+        if prior is not None:
+            s = s + prior
         return s
 
     def _loss(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
@@ -389,7 +418,8 @@ class RulePredictor:
             batch.reached = (keep, torch.from_numpy(pos), torch.from_numpy(hit))
         keep, pos, hit = batch.reached
         r = _SparseLinear.apply(model.weights, phi).double()
-        b = model.bias.double() if model.bias is not None else torch.zeros(E, dtype=torch.float64)
+        prior = self._prior(model)
+        b = prior.double() if prior is not None else torch.zeros(E, dtype=torch.float64)
         rows, ents = cells // E, cells % E
         m = b.max().detach()
         total = torch.exp(b - m).sum()
@@ -418,7 +448,13 @@ class RulePredictor:
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
-        return _HeadModel(w, bias, torch.tensor(math.log(5.0)))
+        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)))
+        if self.config.type_prior:
+            R2 = 2 * int(self.num_relations or 0)
+            model.type_weights = torch.zeros(R2)
+            model.type_mask = torch.ones(R2)
+            model.type_mask[[q, (q + R2 // 2) % R2]] = 0.0
+        return model
 
     # ------------------------------------------------------------------ training
     def fit(
@@ -521,7 +557,7 @@ class RulePredictor:
                 model.weights[:, 0] = cfg.init_scale * conf
             else:
                 model.weights[:, 0] = torch.logit(conf.clamp(1e-3, 1 - 1e-3))
-        params = [model.weights, model.log_scale] + ([model.bias] if model.bias is not None else [])
+        params = model.parameters()
         for p in params:
             p.requires_grad_(True)
         opt = torch.optim.Adam(params, lr=cfg.lr)
