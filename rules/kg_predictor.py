@@ -10,7 +10,8 @@ counts f_j(e) = #paths h -z_j-> e (``kg.grounding.sparse.SparseGraph``). The sco
 with φ = log(1 + ·) by default (``feature="count"`` is RNNLogic's raw count, ``"indicator"`` is 1[f > 0],
 ``"fraction"`` is f_j(e) / Σ_e' f_j(e'), the path-ranking random-walk share; several joined by "+" give each rule
 one weight per feature, w_qj · φ(f) = Σ_k w_qjk φ_k(f)), b_q an
-optional per-candidate bias (RNNLogic's ``entity_feature="bias"``) and κ a learned positive scale. Training is a
+optional per-candidate bias (RNNLogic's ``entity_feature="bias"``; ``type_prior`` adds Σ_b u_qb · 1[e has a b-edge]
+over the relations b ∉ {q, q⁻¹}, the zero-length rules q(X, Y) <- b(Y, _)) and κ a learned positive scale. Training is a
 softmax cross-entropy over all entities (the other known train answers of (h, q) are filtered out of the
 denominator), on the train facts of q, with the query's own fact removed from the graph (both directions) while
 grounding it — otherwise the body [q] (or any path through the edge) trivially fires. ``max_fanout`` (optional)
@@ -147,8 +148,7 @@ class _HeadModel:
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
 
     def parameters(self) -> list[torch.Tensor]:
-        opt = [self.bias] if self.bias is not None else []
-        return [self.weights, self.log_scale, *opt, *([self.type_weights] if self.type_weights is not None else [])]
+        return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
 
 
 class RulePredictor:
