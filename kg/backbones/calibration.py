@@ -103,9 +103,13 @@ class RelationCalibrator:
             return out.astype(np.float32).reshape(z.shape)
         if self.method == "none":
             out = sigmoid(flat)
-        else:
+        else:  # one call per distinct map (most relations share the pooled one): elementwise, so the same values
+            groups: dict[int, tuple[Any, list[int]]] = {}
             for r, model in enumerate(self.maps):
-                out[:, r] = _apply_map(model if model is not None else self.pooled, flat[:, r])
+                used = model if model is not None else self.pooled
+                groups.setdefault(id(used), (used, []))[1].append(r)
+            for used, cols in groups.values():
+                out[:, cols] = _apply_map(used, flat[:, cols].ravel()).reshape(-1, len(cols))
         return np.clip(out, 0.0, 1.0).astype(np.float32).reshape(z.shape)
 
     def summary(self) -> dict[str, Any]:

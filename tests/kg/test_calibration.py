@@ -138,3 +138,20 @@ def test_decreasing_platt_fit_falls_back_instead_of_reversing_the_ranking() -> N
     assert cal.fallback == [1] and cal.maps[0] is not None and cal.maps[1] is None
     grid = np.linspace(-5, 5, 21)[:, None].repeat(3, 1)
     assert (np.diff(cal.predict(grid)[:, 1]) >= 0).all()
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid"])
+def test_predict_equals_each_relation_mapped_alone(method: str) -> None:
+    """predict() maps the columns that share a map (here the pooled one) in one call: the values are exactly those
+    of applying each relation's map to its column alone."""
+    from kg.backbones.calibration import _apply_map
+
+    z, y, _ = _cells(R=3)
+    z = np.concatenate([z, z[:, :2] * 0.5], axis=1)  # relations 3 and 4 have no positive: pooled map
+    y = np.concatenate([y, np.zeros_like(y[:, :2])], axis=1)
+    cal = fit_relation_calibrator(z, y, method)
+    assert cal.fallback == [3, 4]
+    new = np.random.default_rng(2).normal(0, 3, size=(7, 50, 5))
+    flat = new.reshape(-1, 5)
+    ref = np.stack([_apply_map(m if m is not None else cal.pooled, flat[:, r]) for r, m in enumerate(cal.maps)], 1)
+    np.testing.assert_array_equal(cal.predict(new), np.clip(ref, 0, 1).astype(np.float32).reshape(new.shape))
