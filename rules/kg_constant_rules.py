@@ -111,7 +111,7 @@ def mine_constant_rules(
     ``unseen``), ties by support then by id. ``max_facts``: count on a uniform sample of at most this many facts
     (seeded by ``(seed, head)``). Cost: one sparse product over the facts' neighbourhoods, Σ_x deg(x) entries.
     """
-    E, R2 = graph.num_entities, 2 * graph.num_relations
+    E = graph.num_entities
     arr = np.asarray(facts, dtype=np.int64).reshape(-1, 2)
     if max_facts is not None and arr.shape[0] > max_facts:
         rng = np.random.default_rng([seed, head])
@@ -128,7 +128,7 @@ def mine_constant_rules(
     sizes = [np.bincount(nbr.indices, minlength=nbr.shape[1])]  # #x with x -b-> d, per column b·E + d
     if dangling:
         blocks.append((_dangling(rows, graph).T @ answers).tocoo())  # (2R, E)
-        sizes.append(np.array([np.count_nonzero(np.diff(graph.adjacency[b].indptr)) for b in range(R2)]))
+        sizes.append(np.asarray(graph.relation_types().sum(axis=0), dtype=np.int64).ravel())  # #x with any b-edge
     rel, const, ans, sup, size = [], [], [], [], []
     for i, (blk, body_sizes) in enumerate(zip(blocks, sizes)):
         ok = blk.data >= min_support

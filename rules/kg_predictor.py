@@ -184,7 +184,6 @@ class RulePredictor:
                 raise ValueError(f"head {q}: empty body")
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None
-        self._type_matrix: sp.csr_matrix | None = None  # (E, 2R) of the type prior, built on first use
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -208,7 +207,6 @@ class RulePredictor:
             if not 0 <= q < 2 * R or any(not 0 <= x < 2 * R for b in bodies for x in b):
                 raise ValueError(f"head {q}: a relation id is outside [0, {2 * R}) for R = {R} relations")
         self.graph = SparseGraph.from_triples(arr, self.num_entities, R)
-        self._type_matrix = None
         return self.graph
 
     # ------------------------------------------------------------------ features
@@ -352,20 +350,12 @@ class RulePredictor:
             return conf
         return -torch.log1p(-conf.clamp(max=1 - 1e-6)) * batch.count  # noisy-or: −f·log(1 − c)
 
-    def _types(self) -> sp.csr_matrix:
-        """(E, 2R) 0/1 CSR: whether entity e has an edge of relation b (out-edges of b, in-edges as b⁻¹)."""
-        assert self.graph is not None
-        if self._type_matrix is None:
-            cols = [sp.csr_matrix((np.diff(a.indptr) > 0).astype(np.float32)[:, None]) for a in self.graph.adjacency]
-            self._type_matrix = sp.hstack(cols, format="csr")
-        return self._type_matrix
-
     def _prior(self, model: _HeadModel) -> torch.Tensor | None:
         """(E,) the candidates' score before any rule: entity bias b_q plus the type prior, or None."""
         if model.type_weights is None:
             return model.bias
-        assert model.type_mask is not None
-        prior = _SparseLinear.apply(model.type_weights * model.type_mask, self._types())
+        assert model.type_mask is not None and self.graph is not None
+        prior = _SparseLinear.apply(model.type_weights * model.type_mask, self.graph.relation_types())
         return prior if model.bias is None else prior + model.bias
 
     def _logits(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:

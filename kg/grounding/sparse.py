@@ -108,6 +108,7 @@ class SparseGraph:
         self._torch_t: list[torch.Tensor] | None = None
         self._dense: list[np.ndarray | None] = [None] * len(adjacency)
         self._neighbourhood: sp.csr_matrix | None = None
+        self._relation_types: sp.csr_matrix | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -187,6 +188,18 @@ class SparseGraph:
             data = np.ones(keys.size, dtype=np.float32)
             self._neighbourhood = sp.csr_matrix((data, (src, col)), shape=(E, 2 * self.num_relations * E))
         return self._neighbourhood
+
+    def relation_types(self) -> sp.csr_matrix:
+        """(E, 2R) 0/1 CSR, cached: row e has a 1 at column b when e has an out-edge of relation b (an in-edge of r
+        is an out-edge of its inverse) — the dangling bodies ``b(X, _)`` of AnyBURL-style rules."""
+        if self._relation_types is None:
+            ents = [np.flatnonzero(np.diff(a.indptr)) for a in self.adjacency]
+            rows = np.concatenate(ents) if ents else np.zeros(0, dtype=np.int64)
+            cols = np.repeat(np.arange(len(ents)), [e.size for e in ents])
+            self._relation_types = sp.csr_matrix(
+                (np.ones(rows.size, dtype=np.float32), (rows, cols)), shape=(self.num_entities, len(ents))
+            )
+        return self._relation_types
 
     def inverse(self, q: int) -> int:
         """Id of the inverse of relation ``q`` (0..2R-1)."""

@@ -146,3 +146,16 @@ def test_sources_are_the_entities_with_an_out_edge_of_the_relations() -> None:
     assert g.sources([2]).tolist() == [1]  # inverse of relation 0: tails of its facts
     assert g.sources([0, 1, 0]).tolist() == [0, 2, 3]
     assert g.sources([]).tolist() == []
+
+
+def test_relation_types_mark_each_entity_with_the_relations_of_its_edges() -> None:
+    """relation_types()[e, b] = 1 iff e has an out-edge of b (in-edges of r appear as its inverse r + R)."""
+    rng = np.random.default_rng(0)
+    E, R = 12, 3
+    triples = np.unique(np.stack([rng.integers(0, E, 20), rng.integers(0, R, 20), rng.integers(0, E, 20)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, E, R)
+    expect = np.zeros((E, 2 * R), dtype=np.float32)
+    for h, r, t in triples:
+        expect[h, r] = expect[t, r + R] = 1.0
+    np.testing.assert_array_equal(g.relation_types().toarray(), expect)
+    assert g.relation_types() is g.relation_types()  # cached
