@@ -42,9 +42,11 @@ __all__ = [
     "triple_posterior",
     "kl_divergence",
     "normalise_rows",
+    "NEG_LOGIT",
 ]
 
-_NEG = -1e30
+#: The score of a masked (padding) body: exp() of it is exactly 0 next to any real body's score.
+NEG_LOGIT = -1e30
 
 
 def _check(mask: torch.Tensor, *arrays: torch.Tensor) -> None:
@@ -66,7 +68,7 @@ def prior_distribution(
         tot = c.sum(-1, keepdim=True)
         return torch.where(tot > 0, c / tot.clamp_min(1e-300), torch.zeros_like(c)).to(log_prior.dtype)
     if source == "renormalised":
-        lp = torch.where(mask, log_prior, torch.full_like(log_prior, _NEG))
+        lp = torch.where(mask, log_prior, torch.full_like(log_prior, NEG_LOGIT))
         p = torch.softmax(lp, dim=-1)
         return torch.where(mask, p, torch.zeros_like(p))
     raise ValueError(f"prior source must be 'counts' or 'renormalised', got {source!r}")
@@ -94,7 +96,7 @@ def score_h(
     n_bodies = mask.sum(-1).clamp_min(1).to(phi.dtype)  # J_t
     inner = weights[tri] * phi / c + (bias / n_bodies)[tri][:, None]
     h = 0.5 * y_sign[:, None].to(phi.dtype) * inner + log_prior[tri].to(phi.dtype)
-    return torch.where(m, h, torch.full_like(h, _NEG))
+    return torch.where(m, h, torch.full_like(h, NEG_LOGIT))
 
 
 def instance_log_posterior(
@@ -106,9 +108,9 @@ def instance_log_posterior(
     """
     m = mask[tri]
     logits = h + (torch.log(counts[tri].to(h.dtype).clamp_min(1.0)) if count_correction else 0.0)
-    logits = torch.where(m, logits, torch.full_like(logits, _NEG))
+    logits = torch.where(m, logits, torch.full_like(logits, NEG_LOGIT))
     out = torch.log_softmax(logits, dim=-1)
-    return torch.where(m, out, torch.full_like(out, _NEG))
+    return torch.where(m, out, torch.full_like(out, NEG_LOGIT))
 
 
 def triple_posterior(

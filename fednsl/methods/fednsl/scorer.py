@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
 from fednsl.methods.fednsl.posterior import (
+    NEG_LOGIT,
     instance_log_posterior,
     kl_divergence,
     score_h,
@@ -200,19 +201,13 @@ def fit_scorer(
     history: dict[str, list[float]] = {"loss": [], "bce": [], "kl": []}
     if len(inst) == 0:
         return FittedScorer(w.detach(), u.detach(), b.detach(), fitted, history)
-    inst = Instances(
-        inst.phi.to(dtype),
-        inst.passthrough.to(dtype),
-        inst.tri,
-        inst.y.to(dtype),
-        None if inst.weight is None else inst.weight.to(dtype),
-    )
+    terms = _fit_terms(inst, rules, opts, dtype)
     maskf = mask.to(dtype)
     params = [w, u, b] if opts.pass_through else [w, b]
     lbfgs = opts.optimizer == "lbfgs"
 
     def objective() -> torch.Tensor:
-        loss, bce, kl_val = scorer_objective(inst, rules, w * maskf, u, b, opts, l2=lbfgs)
+        loss, bce, kl_val = _objective(terms, rules, w * maskf, u, b, opts, l2=lbfgs)
         history["loss"].append(float(loss.detach()))
         history["bce"].append(float(bce.detach()))
         history["kl"].append(float(kl_val.detach()))
@@ -259,6 +254,112 @@ def fit_scorer(
     )
 
 
+@dataclass(frozen=True)
+class _FitTerms:
+    """The parts of the client objective that do not depend on (w, u, b), gathered once per fit.
+
+    Over the P posterior instances (all cells, or the positive ones) whose triple has a body (the others add 0
+    to the posterior): ``keep`` (P,) their rows in ``inst`` (None = all rows), ``tri`` (P,), ``half_y`` (P, 1)
+    ½·y_i, ``inv_count`` (P, J) 1/c_tj or None, ``offset`` (P, J) log p_t(j) (+ log n_tj with count correction;
+    −1e30 at masked bodies), ``weight`` (P, 1) ω_i or None; ``total`` (T,) Σ_i ω_i over all posterior
+    instances; ``kl_target`` (T, J) the KL's p_t and ``kl_share`` (T,) each triple's weight in the KL term.
+    """
+
+    inst: Instances
+    keep: torch.Tensor | None
+    tri: torch.Tensor
+    half_y: torch.Tensor
+    inv_count: torch.Tensor | None
+    offset: torch.Tensor
+    weight: torch.Tensor | None
+    total: torch.Tensor
+    kl_target: torch.Tensor
+    kl_share: torch.Tensor
+
+
+def _fit_terms(inst: Instances, rules: RuleSet, opts: ScorerOptions, dtype: torch.dtype) -> _FitTerms:
+    if opts.kl_scale not in ("per_cell", "per_triple"):
+        raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
+    T = rules.num_triples
+    inst = Instances(
+        inst.phi.to(dtype),
+        inst.passthrough.to(dtype),
+        inst.tri,
+        inst.y.to(dtype),
+        None if inst.weight is None else inst.weight.to(dtype),
+    )
+    rows = torch.ones(len(inst), dtype=torch.bool)
+    if opts.posterior_instances == "positive":
+        rows = inst.y > 0.5
+    elif opts.posterior_instances != "all":
+        raise ValueError(f"posterior_instances must be 'all' or 'positive', got {opts.posterior_instances!r}")
+    ones = torch.ones(len(inst), dtype=dtype)
+    omega = torch.where(rows, ones if inst.weight is None else inst.weight, torch.zeros((), dtype=dtype))
+    total = torch.zeros(T, dtype=dtype).index_add(0, inst.tri, omega)
+    active = total > 0  # a triple with posterior instances, even without bodies (its posterior row is 0)
+    rows &= rules.mask.any(1)[inst.tri]
+    keep = None if bool(rows.all()) else torch.nonzero(rows).squeeze(1)
+    tri = inst.tri if keep is None else inst.tri[keep]
+    y = inst.y if keep is None else inst.y[keep]
+    m = rules.mask[tri]
+    counts = rules.counts[tri].to(dtype).clamp_min(1.0)
+    offset = posterior_log_prior(rules, opts).to(dtype)[tri]
+    if opts.count_correction:
+        offset = offset + torch.log(counts)
+    offset = torch.where(m, offset, torch.full((), NEG_LOGIT, dtype=dtype))
+    w_post = None
+    if inst.weight is not None:
+        w_post = inst.weight if keep is None else inst.weight[keep]
+    if opts.kl_scale == "per_cell":
+        n_per = inst.counts_per_triple(T).to(dtype)
+        share = torch.where(active, n_per / n_per.sum().clamp_min(1e-12), torch.zeros((), dtype=dtype))
+    else:
+        share = active.to(dtype) / active.sum().clamp_min(1)
+    return _FitTerms(
+        inst,
+        keep,
+        tri,
+        (0.5 * (2.0 * y - 1.0))[:, None],
+        1.0 / counts if opts.count_correction else None,
+        offset,
+        None if w_post is None else w_post[:, None],
+        total,
+        kl_prior(rules, opts).to(dtype),
+        share,
+    )
+
+
+def _objective(
+    terms: _FitTerms, rules: RuleSet, w: torch.Tensor, u: torch.Tensor, b: torch.Tensor, opts: ScorerOptions, l2: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`scorer_objective` on prepared terms. One product A = φ · w[tri] (M, J) serves the logits and Eq. 9;
+    the bias term of Eq. 9 is dropped (it is the same for every body of an instance and cancels in Eq. 10)."""
+    inst = terms.inst
+    evidence = inst.phi * w[inst.tri]
+    logits = evidence.sum(-1) + b[inst.tri]
+    if opts.pass_through:
+        logits = logits + u[inst.tri] * inst.passthrough
+    bce = _bce(logits, inst.y, inst.weight)
+    loss = bce
+    kl_val = torch.zeros((), dtype=w.dtype)
+    if opts.kl_weight > 0 and bool((terms.kl_share > 0).any()):
+        a = evidence if terms.keep is None else evidence[terms.keep]
+        if terms.inv_count is not None:
+            a = a * terms.inv_count
+        q_i = torch.softmax(a * terms.half_y + terms.offset, dim=-1)  # Eq. 9-10
+        if terms.weight is not None:
+            q_i = q_i * terms.weight
+        acc = torch.zeros(rules.num_triples, rules.num_bodies, dtype=w.dtype).index_add(0, terms.tri, q_i)
+        q = acc / terms.total.clamp_min(1e-300)[:, None]
+        kl_t = kl_divergence(q, terms.kl_target, rules.mask, opts.kl_direction)
+        kl_val = (kl_t * terms.kl_share).sum()
+        loss = bce + opts.kl_weight * kl_val
+    if l2 and opts.weight_decay > 0:
+        reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
+        loss = loss + 0.5 * opts.weight_decay * reg
+    return loss, bce, kl_val
+
+
 def scorer_objective(
     inst: Instances,
     rules: RuleSet,
@@ -270,29 +371,9 @@ def scorer_objective(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, BCE, KL term) of the client fit (module docstring): BCE mean over cells + λ·KL on the
     ``kl_scale`` (per_cell: Σ_t n_t KL_t / Σ_t n_t) + ½ δ (‖w‖² + ‖u‖²) when ``l2`` (L-BFGS; Adam applies δ as
-    its own weight decay). ``w`` (T, J) masked weights, ``u`` (T,), ``b`` (T,); differentiable."""
-    dtype = w.dtype
-    bce = _bce(_logits(inst, w, u, b, opts.pass_through), inst.y, inst.weight)
-    loss = bce
-    kl_val = torch.zeros((), dtype=dtype)
-    if opts.kl_weight > 0:
-        q, n_post = posterior_of(inst, rules, w, b, opts)
-        active = n_post > 0
-        if bool(active.any()):
-            kl_t = kl_divergence(q, kl_prior(rules, opts).to(dtype), rules.mask, opts.kl_direction)
-            if opts.kl_scale == "per_cell":
-                n_per = inst.counts_per_triple(rules.num_triples).to(dtype)
-                share = n_per / n_per.sum().clamp_min(1e-12)
-                kl_val = (kl_t * torch.where(active, share, torch.zeros_like(share))).sum()
-            elif opts.kl_scale == "per_triple":
-                kl_val = kl_t[active].mean()
-            else:
-                raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
-            loss = bce + opts.kl_weight * kl_val
-    if l2 and opts.weight_decay > 0:
-        reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
-        loss = loss + 0.5 * opts.weight_decay * reg
-    return loss, bce, kl_val
+    its own weight decay). ``w`` (T, J) masked weights, ``u`` (T,), ``b`` (T,); differentiable. The posterior
+    is the one of :func:`posterior_of`, fused with the logits (the fit evaluates this many times)."""
+    return _objective(_fit_terms(inst, rules, opts, w.dtype), rules, w, u, b, opts, l2)
 
 
 @dataclass

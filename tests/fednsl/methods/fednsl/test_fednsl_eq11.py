@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
+from fednsl.methods.fednsl.posterior import kl_divergence
 from fednsl.methods.fednsl.scorer import (
     Instances,
     fit_recalibration,
@@ -215,3 +216,56 @@ def test_lbfgs_does_not_stop_early_on_a_small_triple() -> None:
     loss.backward()
     assert fit.converged
     assert float(w.grad[1][rules.mask[1]].abs().max()) < 1e-3 and abs(float(b.grad[1])) < 1e-3
+
+
+def reference_objective(inst: Instances, rules: RuleSet, w, u, b, opts: ScorerOptions) -> torch.Tensor:
+    """The loss assembled from the per-equation functions (posterior_of = Eq. 9-10 of posterior.py)."""
+    s = (inst.phi * w[inst.tri]).sum(-1) + b[inst.tri] + (u[inst.tri] * inst.passthrough if opts.pass_through else 0)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(s, inst.y, reduction="none")
+    wt = torch.ones(len(inst), dtype=torch.float64) if inst.weight is None else inst.weight
+    loss = (bce * wt).sum() / wt.sum()
+    q, n_post = posterior_of(inst, rules, w, b, opts)
+    kl_t = kl_divergence(q, kl_prior(rules, opts), rules.mask, opts.kl_direction)
+    active = n_post > 0
+    if opts.kl_scale == "per_cell":
+        n = inst.counts_per_triple(rules.num_triples)
+        kl = (kl_t * active * n).sum() / n.sum()
+    else:
+        kl = kl_t[active].mean()
+    reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
+    return loss + opts.kl_weight * kl + 0.5 * opts.weight_decay * reg
+
+
+@pytest.mark.parametrize("source", ["renormalised", "counts", "mixed"])
+@pytest.mark.parametrize("correction", [False, True])
+@pytest.mark.parametrize("instances", ["all", "positive"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fused_objective_equals_the_per_equation_one(source: str, correction: bool, instances: str, weighted: bool) -> None:
+    """The fit's objective (one φ·w product for the logits and Eq. 9, bias dropped from Eq. 9) against the loss
+    built from posterior.py's functions: values and gradients in (w, u, b), with a third triple that has no body."""
+    rules, inst, w, b = random_problem(9, M=60)
+    pad = lambda x, v: torch.cat([x, torch.full((1, *x.shape[1:]), v, dtype=x.dtype)])  # noqa: E731
+    rules = RuleSet(pad(rules.triples, 2), pad(rules.bodies, 0), pad(rules.log_prior, 0.0), pad(rules.counts, 0),
+                    pad(rules.mask, False))
+    tri = inst.tri.clone()
+    tri[::7] = 2  # every 7th cell belongs to the body-less triple
+    g = np.random.default_rng(1)
+    weight = torch.tensor(g.integers(1, 4, len(tri)), dtype=torch.float64) if weighted else None
+    inst = Instances(inst.phi * rules.mask[tri], inst.passthrough, tri, inst.y, weight)
+    for scale, direction, through in (("per_cell", "reverse", False), ("per_triple", "forward", True)):
+        opts = ScorerOptions(kl_weight=0.7, prior_source=source, count_correction=correction,  # type: ignore[arg-type]
+                             posterior_instances=instances, kl_scale=scale, kl_direction=direction,  # type: ignore[arg-type]
+                             pass_through=through, weight_decay=0.01)
+        grads = []
+        for objective in (lambda *a: scorer_objective(inst, rules, *a, opts)[0],
+                          lambda *a: reference_objective(inst, rules, *a, opts)):
+            params = [torch.tensor(np.r_[w, np.zeros((1, 4))]).requires_grad_(True),
+                      torch.full((3,), 0.3, dtype=torch.float64, requires_grad=True),
+                      torch.tensor(np.r_[b, 0.5]).requires_grad_(True)]
+            loss = objective(*params)
+            got = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+            grads.append((float(loss.detach()), *got))
+        (fused, *gf), (ref, *gr) = grads
+        assert fused == pytest.approx(ref, rel=1e-12)
+        for a, r in zip(gf, gr):
+            np.testing.assert_allclose(a.numpy(), r.numpy(), atol=1e-12)
