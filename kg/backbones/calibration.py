@@ -17,6 +17,13 @@ slope is ≤ 0, i.e. a map that would reverse the ranking) has no map of its own
 (one map fitted on all relations' cells together), or σ(z) when the pooled cells also lack a positive or a
 negative or give a decreasing map. The fallbacks are listed on one log line per client.
 
+Sharing (federated calibration): a client has no own map for the relations of the entity-type combos it never
+sees, yet it must score them (FedNSL's unseen combos). Each client's Platt maps travel as two floats per relation,
+(a_r, b_r), with the relation's positive calibration count n_r (:meth:`RelationCalibrator.platt_arrays`); the
+aggregate of every client's maps is the positives-weighted mean (a_r, b_r) = Σ_c n_cr (a_cr, b_cr) / Σ_c n_cr
+(:func:`shared_platt`), and a client adopts it for the relations it has no own map for
+(:meth:`RelationCalibrator.adopt_shared`); its own maps stay. Isotonic maps are step functions and are not shared.
+
 Measures: :func:`expected_calibration_error` (equal-width bins, the bins of
 :func:`sklearn.calibration.calibration_curve` with ``strategy="uniform"``) and
 :func:`sklearn.metrics.average_precision_score` for AUC-PR (used directly by the bench).
@@ -37,6 +44,8 @@ __all__ = [
     "fit_relation_calibrator",
     "expected_calibration_error",
     "sigmoid",
+    "PlattMap",
+    "shared_platt",
 ]
 
 log = logging.getLogger("fednsl.backbones")
@@ -48,6 +57,44 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     """σ(z) in float64, overflow-free."""
     z = np.asarray(z, dtype=np.float64)
     return np.exp(-np.logaddexp(0.0, -z))
+
+
+@dataclass(frozen=True)
+class PlattMap:
+    """p = σ(a z + b): a Platt map given by its parameters (a shared map, :func:`shared_platt`)."""
+
+    slope: float
+    intercept: float
+
+    def predict_proba(self, z: np.ndarray) -> np.ndarray:
+        """(M, 2) [1 − p, p] of logits ``z`` (M,) or (M, 1), as sklearn's classifiers return them."""
+        p = sigmoid(self.slope * np.asarray(z, dtype=np.float64).ravel() + self.intercept)
+        return np.stack([1.0 - p, p], 1)
+
+
+def _platt_parameters(model: Any) -> tuple[float, float] | None:
+    """(a, b) of a Platt map (sklearn's LogisticRegression or :class:`PlattMap`), None for other maps."""
+    if isinstance(model, PlattMap):
+        return model.slope, model.intercept
+    if hasattr(model, "coef_") and hasattr(model, "intercept_"):
+        return float(model.coef_[0, 0]), float(model.intercept_[0])
+    return None
+
+
+def shared_platt(platt: Sequence[np.ndarray], positives: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregate of clients' Platt maps: ``platt`` per client (R, 2) (a_r, b_r), ``positives`` per client (R,)
+    n_r (0 where the client has no own Platt map for r). Returns (R, 2) Σ_c n_cr (a_cr, b_cr) / Σ_c n_cr and (R,)
+    bool: the relations some client has a map for (their rows are meaningful; the others are 0)."""
+    if not platt:
+        raise ValueError("shared_platt: no client maps")
+    a = np.stack([np.asarray(p, dtype=np.float64) for p in platt])  # (C, R, 2)
+    n = np.stack([np.asarray(c, dtype=np.float64) for c in positives])  # (C, R)
+    if a.ndim != 3 or a.shape[2] != 2 or n.shape != a.shape[:2]:
+        raise ValueError(f"shared_platt: expected (R, 2) maps and (R,) counts per client, got {a.shape}, {n.shape}")
+    tot = n.sum(0)
+    has = tot > 0
+    mean = np.einsum("cr,crk->rk", n, a) / np.where(has, tot, 1.0)[:, None]
+    return np.where(has[:, None], mean, 0.0), has
 
 
 def _fit_map(method: str, z: np.ndarray, y: np.ndarray) -> Any:
@@ -78,8 +125,9 @@ def _apply_map(model: Any, z: np.ndarray) -> np.ndarray:
 class RelationCalibrator:
     """Per-relation maps logit → probability (module docstring).
 
-    ``maps[r]``: the relation's own fitted map, or None when it falls back; ``pooled``: the client's pooled map
-    (None: σ); ``counts[r]`` = (positives, negatives) of relation r in the calibration cells.
+    ``maps[r]``: the relation's own fitted map (or the adopted shared one, r in ``shared``), or None when it falls
+    back; ``pooled``: the client's pooled map (None: σ); ``counts[r]`` = (positives, negatives) of relation r in
+    the calibration cells.
     """
 
     method: str
@@ -87,6 +135,7 @@ class RelationCalibrator:
     pooled: Any = None
     counts: list[tuple[int, int]] = field(default_factory=list)
     fallback: list[int] = field(default_factory=list)
+    shared: list[int] = field(default_factory=list)  # relations using the shared map (:meth:`adopt_shared`)
 
     @property
     def num_relations(self) -> int:
@@ -112,10 +161,39 @@ class RelationCalibrator:
                 out[:, cols] = _apply_map(used, flat[:, cols].ravel()).reshape(-1, len(cols))
         return np.clip(out, 0.0, 1.0).astype(np.float32).reshape(z.shape)
 
+    def platt_arrays(self) -> dict[str, np.ndarray]:
+        """What the client shares (module docstring): ``platt`` (R, 2) float64 (a_r, b_r) of its own Platt maps
+        and ``positives`` (R,) int64 their positive calibration counts; rows without an own Platt map are 0."""
+        platt = np.zeros((self.num_relations, 2), dtype=np.float64)
+        positives = np.zeros(self.num_relations, dtype=np.int64)
+        for r, model in enumerate(self.maps):
+            ab = _platt_parameters(model) if r not in self.shared else None
+            if ab is not None:
+                platt[r] = ab
+                positives[r] = self.counts[r][0] if self.counts else 1
+        return {"platt": platt, "positives": positives}
+
+    def adopt_shared(self, platt: np.ndarray, has: np.ndarray) -> int:
+        """Use the shared map (:func:`shared_platt`) for every relation without an own map that has one;
+        returns how many relations adopted it."""
+        if platt.shape != (self.num_relations, 2) or has.shape != (self.num_relations,):
+            raise ValueError(
+                f"calibrator: shared maps {platt.shape} / {has.shape} do not match {self.num_relations} relations"
+            )
+        adopted = 0
+        for r in list(self.fallback):
+            if has[r] and float(platt[r, 0]) > 0:
+                self.maps[r] = PlattMap(float(platt[r, 0]), float(platt[r, 1]))
+                self.fallback.remove(r)
+                self.shared.append(r)
+                adopted += 1
+        return adopted
+
     def summary(self) -> dict[str, Any]:
         return {
             "method": self.method,
-            "own_maps": int(sum(m is not None for m in self.maps)),
+            "own_maps": int(sum(m is not None for m in self.maps)) - len(self.shared),
+            "shared_maps": len(self.shared),
             "fallback_relations": len(self.fallback),
             "pooled": self.pooled is not None,
         }

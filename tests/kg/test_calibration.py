@@ -11,9 +11,11 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from kg.backbones.calibration import (
+    PlattMap,
     RelationCalibrator,
     expected_calibration_error,
     fit_relation_calibrator,
+    shared_platt,
     sigmoid,
 )
 
@@ -155,3 +157,39 @@ def test_predict_equals_each_relation_mapped_alone(method: str) -> None:
     flat = new.reshape(-1, 5)
     ref = np.stack([_apply_map(m if m is not None else cal.pooled, flat[:, r]) for r, m in enumerate(cal.maps)], 1)
     np.testing.assert_array_equal(cal.predict(new), np.clip(ref, 0, 1).astype(np.float32).reshape(new.shape))
+
+
+def test_shared_platt_is_the_positives_weighted_mean_by_hand() -> None:
+    a = [np.array([[1.0, -2.0], [0.0, 0.0], [2.0, 1.0]]), np.array([[3.0, -4.0], [0.0, 0.0], [0.0, 0.0]])]
+    n = [np.array([1, 0, 5]), np.array([3, 0, 0])]
+    platt, has = shared_platt(a, n)
+    np.testing.assert_allclose(platt, [[(1 * 1 + 3 * 3) / 4, (1 * -2 + 3 * -4) / 4], [0, 0], [2.0, 1.0]])
+    assert has.tolist() == [True, False, True]
+    with pytest.raises(ValueError, match="expected"):
+        shared_platt([np.zeros((3, 3))], [np.zeros(3)])
+
+
+def test_shared_maps_travel_as_parameters_and_replace_only_fallbacks() -> None:
+    """A client's Platt maps leave as (a, b) and counts; a client without its own map of a relation adopts the
+    shared one (σ(a z + b), the same values sklearn's fit gives) and keeps its own maps."""
+    z, y, _ = _cells(seed=3)
+    owner = fit_relation_calibrator(z, y, "sigmoid")
+    sent = owner.platt_arrays()
+    assert sent["positives"].tolist() == [int(c) for c in y.sum(0)]
+    y_poor = y.copy()
+    y_poor[:, 1] = 0  # no positive of relation 1: it falls back to the pooled map
+    poor = fit_relation_calibrator(z, y_poor, "sigmoid")
+    assert poor.fallback == [1]
+    before = poor.predict(z)
+    platt, has = shared_platt([sent["platt"], poor.platt_arrays()["platt"]],
+                              [sent["positives"], poor.platt_arrays()["positives"]])
+    assert poor.adopt_shared(platt, has) == 1 and poor.shared == [1] and poor.fallback == []
+    after = poor.predict(z)
+    np.testing.assert_allclose(after[:, 1], owner.predict(z)[:, 1], atol=1e-6)  # the owner's map (only owner)
+    np.testing.assert_array_equal(after[:, [0, 2]], before[:, [0, 2]])  # own maps untouched
+    assert poor.platt_arrays()["positives"][1] == 0  # an adopted map is not sent on as the client's own
+    assert poor.summary()["shared_maps"] == 1 and poor.summary()["own_maps"] == 2
+    m = PlattMap(1.5, -0.5)
+    np.testing.assert_allclose(m.predict_proba(np.array([0.0, 2.0]))[:, 1], sigmoid(np.array([-0.5, 2.5])))
+    with pytest.raises(ValueError, match="do not match"):
+        poor.adopt_shared(platt[:2], has[:2])

@@ -17,8 +17,12 @@ Probabilities (docs/methods/fednsl_calibration.md): the loss weights each relati
 labels, ``balanced``: without the root, ``none``: plain BCE — and after training each client fits a per-relation
 map logit → probability on the seen-combo cells of its *hold-out* documents (``calibration``: ``sigmoid``
 (Platt, default) | ``isotonic`` | ``none`` = σ; :mod:`kg.backbones.calibration`; relations with fewer than
-``calibration_min_positives`` hold-out positives use the client's pooled map). ``values`` returns the
-calibrated probabilities, ``logits`` the raw scores.
+``calibration_min_positives`` hold-out positives use the client's pooled map). With ``calibration_sharing:
+federated`` (default) the clients then exchange their Platt maps in one ``calibrate`` round on the federation core
+— two floats and a positive count per relation (``CALIBRATION_SCHEMA``) — and each adopts the positives-weighted
+mean map for the relations it has none for, so the relations of combos it never sees are scored on the scale
+their owners calibrated (``local``: the pooled map, as before). ``values`` returns the calibrated probabilities,
+``logits`` the raw scores.
 
 The trained weights are cached under ``$FEDNSL_CACHE/backbones/<key>`` (key = hash of the clients' training
 document ids, combos, options — loss and calibration options included —, seed and vocabulary sizes); the
@@ -33,7 +37,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -45,11 +49,17 @@ from torch import nn
 from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
-from fednsl.federation.records import Message
-from fednsl.federation.roles import Client, Stage, handles
+from fednsl.federation.records import ArraySpec, Message, Schema
+from fednsl.federation.roles import Client, Metrics, Stage, Strategy, handles
 from fednsl.federation.runner import Federation, InProcessRunner
 from kg.backbones.base import Backbone, ClientDocs, cache_dir, register_backbone
-from kg.backbones.calibration import CALIBRATIONS, RelationCalibrator, fit_relation_calibrator, sigmoid
+from kg.backbones.calibration import (
+    CALIBRATIONS,
+    RelationCalibrator,
+    fit_relation_calibrator,
+    shared_platt,
+    sigmoid,
+)
 from kg.backbones.memory import DEFAULT_LIMIT_GB, FLOAT_BYTES, check_documents, rows_per_chunk
 from kg.backbones.text_features import PAIR_FEATURES, DocFeatures, doc_features, embed_strings, resolve_text
 from kg.documents import Document, Vocab
@@ -62,12 +72,25 @@ __all__ = [
     "FederatedFeatures",
     "TrainPairs",
     "POS_WEIGHTS",
+    "CALIBRATION_SHARING",
+    "CALIBRATION_SCHEMA",
     "positive_weights",
 ]
 
 log = logging.getLogger("fednsl.backbones")
 
 POS_WEIGHTS = ("none", "sqrt", "balanced")
+CALIBRATION_SHARING = ("federated", "local")
+
+#: A client's ``calibrate`` reply: its own Platt maps (a_r, b_r) and their positive counts, nothing else.
+CALIBRATION_SCHEMA = Schema(
+    arrays=(
+        ArraySpec("platt", "weights", shape=("R", 2)),
+        ArraySpec("positives", "counts", dtype="int", shape=("R",)),
+    ),
+    metrics=("num_examples",),
+    required_metrics=("num_examples",),
+)
 
 
 def positive_weights(y: torch.Tensor, mode: str, cap: float) -> torch.Tensor | None:
@@ -99,6 +122,7 @@ class FederatedFeaturesOptions:
     pos_weight_max: float = 100.0  # cap on the positive weight
     calibration: str = "sigmoid"  # per-relation map on the client's hold-out: isotonic | sigmoid | none
     calibration_min_positives: int = 3  # fewer positive hold-out cells → the relation uses the pooled map
+    calibration_sharing: str = "federated"  # federated: clients exchange Platt maps (2 floats a relation) | local
 
     def __post_init__(self) -> None:
         if self.pos_weight not in POS_WEIGHTS:
@@ -108,6 +132,11 @@ class FederatedFeaturesOptions:
         if self.calibration not in CALIBRATIONS:
             raise ValueError(
                 f"federated-features backbone: calibration must be one of {CALIBRATIONS}, got {self.calibration!r}"
+            )
+        if self.calibration_sharing not in CALIBRATION_SHARING:
+            raise ValueError(
+                "federated-features backbone: calibration_sharing must be one of "
+                f"{CALIBRATION_SHARING}, got {self.calibration_sharing!r}"
             )
         if float(self.pos_weight_max) < 1:
             raise ValueError(f"federated-features backbone: pos_weight_max must be >= 1, got {self.pos_weight_max}")
@@ -256,6 +285,40 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
     return strategy, clients
 
 
+class _CalibrationStrategy(Strategy):
+    """One ``calibrate`` stage: every client replies its own Platt maps; the server keeps their
+    positives-weighted mean (:func:`kg.backbones.calibration.shared_platt`)."""
+
+    def __init__(self) -> None:
+        self.shared: tuple[np.ndarray, np.ndarray] | None = None
+
+    def declare_stages(self) -> tuple[Stage, ...]:
+        return (Stage("calibrate", self.configure_calibrate, self.aggregate_calibrate, reply=CALIBRATION_SCHEMA),)
+
+    def configure_calibrate(self, rnd: int, clients: Sequence[str]) -> Message:
+        return Message("calibrate", rnd)
+
+    def aggregate_calibrate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
+        if not replies:
+            return {}
+        platt, has = shared_platt(
+            [r.arrays["platt"] for r in replies.values()], [r.arrays["positives"] for r in replies.values()]
+        )
+        self.shared = (platt, has)
+        return {"shared_relations": int(has.sum())}
+
+
+class _CalibrationClient(Client):
+    def __init__(self, cid: str, calibrator: RelationCalibrator):
+        self.cid, self.calibrator = cid, calibrator
+
+    @handles("calibrate")
+    def calibrate(self, msg: Message) -> Message:
+        arrays = self.calibrator.platt_arrays()
+        n = int(sum(p + q for p, q in self.calibrator.counts))
+        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": n})
+
+
 @register_backbone(
     "federated-features",
     FederatedFeaturesOptions,
@@ -367,6 +430,8 @@ class FederatedFeatures(Backbone):
             c.cid: self.fit_calibration(c, opts.calibration, relations.names, opts.calibration_min_positives)
             for c in clients
         }
+        if opts.calibration_sharing == "federated" and opts.calibration == "sigmoid":
+            self._share_calibration(seed)
         self.summary = {
             "backbone": self.name,
             "text": text,
@@ -416,6 +481,28 @@ class FederatedFeatures(Backbone):
 
             shutil.rmtree(tmp, ignore_errors=True)
         return info
+
+    def _share_calibration(self, seed: int) -> None:
+        """Federated calibration (module docstring): one ``calibrate`` round on the federation core, in which each
+        client sends its own Platt maps; every client then adopts the aggregate for the relations it has no map
+        for (the server's broadcast, applied here as the FedAvg phase's final weights are)."""
+        strategy = _CalibrationStrategy()
+        clients = {cid: _CalibrationClient(cid, cal) for cid, cal in self.calibrators.items()}
+        cfg = RunConfig(method="calibration", rounds=1, seed=seed, name="calibration", federation={"min_clients": 1})
+        with tempfile.TemporaryDirectory(prefix="fednsl-calibration-") as tmp:
+            InProcessRunner(
+                Federation(strategy, dict(clients)), cfg, Path(tmp), progress=False, message_hook=self.message_hook
+            ).run()
+        if strategy.shared is None:
+            log.warning("backbone calibration: no client replied to the calibration round; maps stay local")
+            return
+        platt, has = strategy.shared
+        adopted = {cid: cal.adopt_shared(platt, has) for cid, cal in self.calibrators.items()}
+        log.info(
+            "backbone calibration: %d relation(s) have a shared Platt map; adopted per client: %s",
+            int(has.sum()),
+            ", ".join(f"{cid} {n}" for cid, n in adopted.items()),
+        )
 
     # -- inference (client-local) ----------------------------------------------------------------------
     @torch.no_grad()

@@ -62,6 +62,7 @@ __all__ = [
     "kl_prior",
     "posterior_log_prior",
     "scorer_objective",
+    "reference_objective",
 ]
 
 
@@ -374,6 +375,30 @@ def scorer_objective(
     its own weight decay). ``w`` (T, J) masked weights, ``u`` (T,), ``b`` (T,); differentiable. The posterior
     is the one of :func:`posterior_of`, fused with the logits (the fit evaluates this many times)."""
     return _objective(_fit_terms(inst, rules, opts, w.dtype), rules, w, u, b, opts, l2)
+
+
+def reference_objective(
+    inst: Instances,
+    rules: RuleSet,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    b: torch.Tensor,
+    opts: ScorerOptions,
+) -> torch.Tensor:
+    """The loss of :func:`scorer_objective` (with L2) assembled step by step from the per-equation functions of
+    :mod:`.posterior` through :func:`posterior_of` — slower; the reference the fused objective is tested and
+    benchmarked against (``bench/fednsl_scorer.py``)."""
+    bce = _bce(_logits(inst, w, u, b, opts.pass_through), inst.y, inst.weight)
+    q, n_post = posterior_of(inst, rules, w, b, opts)
+    kl_t = kl_divergence(q, kl_prior(rules, opts).to(w.dtype), rules.mask, opts.kl_direction)
+    active = n_post > 0
+    if opts.kl_scale == "per_cell":
+        n = inst.counts_per_triple(rules.num_triples).to(w.dtype)
+        kl = (kl_t * active * n).sum() / n.sum().clamp_min(1e-12)
+    else:
+        kl = kl_t[active].mean() if bool(active.any()) else torch.zeros((), dtype=w.dtype)
+    reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
+    return bce + opts.kl_weight * kl + 0.5 * opts.weight_decay * reg
 
 
 @dataclass

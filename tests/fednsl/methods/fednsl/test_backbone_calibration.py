@@ -121,6 +121,43 @@ def test_client_without_holdout_positives_falls_back_and_the_run_continues(corpu
     assert x.min() >= 0 and x.max() <= 1
 
 
+def test_federated_calibration_gives_a_client_the_owner_maps_through_declared_fields(corpus) -> None:
+    """c1 has no hold-out positive: with calibration_sharing=federated it scores every relation c0 has a Platt
+    map for with c0's map (the only owner), learned from a ``calibrate`` reply carrying (a, b) and counts only;
+    with ``local`` it keeps σ(logit)."""
+    clients = clients_of(corpus)
+    saved = [(d, d.facts) for d in clients[1].holdout]
+    ups = []
+    try:
+        for d, _ in saved:
+            d.facts = np.zeros((0, 3), dtype=np.int64)
+        values = {}
+        for sharing in ("federated", "local"):
+            bb = FederatedFeatures(FederatedFeaturesOptions(**TRAINED, calibration_sharing=sharing))
+            bb.message_hook = lambda direction, cid, msg: ups.append(msg) if direction == "up" else None
+            info = bb.prepare(clients, corpus.relations, corpus.entity_types, seed=0)
+            values[sharing] = (bb, info)
+    finally:
+        for d, f in saved:
+            d.facts = f
+    bb, info = values["federated"]
+    own = [r for r, m in enumerate(bb.calibrators["c0"].maps) if m is not None]
+    assert own and info["calibration"]["c1"]["shared_maps"] == len(own)
+    assert bb.calibrators["c1"].shared == own
+    d = clients[1].test[0]
+    for r in own:
+        np.testing.assert_allclose(bb.values(clients[1], d)[..., r][~np.eye(d.num_entities, dtype=bool)],
+                                   bb.values(clients[0], d)[..., r][~np.eye(d.num_entities, dtype=bool)], atol=1e-6)
+    local, info_local = values["local"]
+    assert info_local["calibration"]["c1"]["shared_maps"] == 0
+    assert not np.allclose(local.values(clients[1], d), bb.values(clients[1], d))
+    calibrate = [m for m in ups if m.kind == "calibrate"]
+    assert len(calibrate) == 2  # one reply per client, federated run only
+    for m in calibrate:
+        assert set(m.arrays) == {"platt", "positives"} and set(m.metrics) == {"num_examples"}
+        assert m.arrays["platt"].shape == (len(corpus.relations), 2) and m.arrays["positives"].dtype.kind == "i"
+
+
 def test_cache_key_changes_with_every_new_option(corpus) -> None:
     clients = clients_of(corpus)
     R, T = len(corpus.relations), len(corpus.entity_types)
@@ -135,7 +172,8 @@ def test_cache_key_changes_with_every_new_option(corpus) -> None:
 @pytest.mark.parametrize(
     "bad, match",
     [({"calibration": "platt"}, "calibration must be one of"), ({"pos_weight": "auto"}, "pos_weight must be one of"),
-     ({"pos_weight_max": 0.5}, "pos_weight_max"), ({"calibration_min_positives": 0}, "calibration_min_positives")],
+     ({"pos_weight_max": 0.5}, "pos_weight_max"), ({"calibration_min_positives": 0}, "calibration_min_positives"),
+     ({"calibration_sharing": "global"}, "calibration_sharing must be one of")],
 )
 def test_bad_option_values_give_a_clear_error(bad, match) -> None:
     import fednsl.methods.fednsl  # noqa: F401  (registers the backbone)

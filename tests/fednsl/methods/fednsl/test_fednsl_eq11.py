@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
-from fednsl.methods.fednsl.posterior import kl_divergence
 from fednsl.methods.fednsl.scorer import (
     Instances,
     fit_recalibration,
@@ -18,6 +17,7 @@ from fednsl.methods.fednsl.scorer import (
     kl_prior,
     posterior_of,
     published_logits,
+    reference_objective,
     scorer_objective,
 )
 
@@ -216,24 +216,6 @@ def test_lbfgs_does_not_stop_early_on_a_small_triple() -> None:
     loss.backward()
     assert fit.converged
     assert float(w.grad[1][rules.mask[1]].abs().max()) < 1e-3 and abs(float(b.grad[1])) < 1e-3
-
-
-def reference_objective(inst: Instances, rules: RuleSet, w, u, b, opts: ScorerOptions) -> torch.Tensor:
-    """The loss assembled from the per-equation functions (posterior_of = Eq. 9-10 of posterior.py)."""
-    s = (inst.phi * w[inst.tri]).sum(-1) + b[inst.tri] + (u[inst.tri] * inst.passthrough if opts.pass_through else 0)
-    bce = torch.nn.functional.binary_cross_entropy_with_logits(s, inst.y, reduction="none")
-    wt = torch.ones(len(inst), dtype=torch.float64) if inst.weight is None else inst.weight
-    loss = (bce * wt).sum() / wt.sum()
-    q, n_post = posterior_of(inst, rules, w, b, opts)
-    kl_t = kl_divergence(q, kl_prior(rules, opts), rules.mask, opts.kl_direction)
-    active = n_post > 0
-    if opts.kl_scale == "per_cell":
-        n = inst.counts_per_triple(rules.num_triples)
-        kl = (kl_t * active * n).sum() / n.sum()
-    else:
-        kl = kl_t[active].mean()
-    reg = (w**2).sum() + ((u**2).sum() if opts.pass_through else 0.0)
-    return loss + opts.kl_weight * kl + 0.5 * opts.weight_decay * reg
 
 
 @pytest.mark.parametrize("source", ["renormalised", "counts", "mixed"])
