@@ -243,7 +243,7 @@ def fit_relation_calibrator(
         target = "the client's pooled map" if pooled is not None else "σ(logit) (no usable pooled map)"
         log.warning(
             "%s: %d of %d relation(s) have < %d positive or no negative calibration cell of %d (or a decreasing "
-            "Platt fit); they use %s: %s",
+            "Platt fit); where no shared map is adopted (federated calibration), they use %s: %s",
             where,
             len(fallback),
             R,
