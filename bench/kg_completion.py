@@ -114,12 +114,14 @@ def paper_rows(paper: dict[str, Any], extra_columns: int = 2) -> list[str]:
     return rows
 
 
-def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str, Any], seeds: list[int]) -> str:
+def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str, Any], seeds: list[int],
+             collected: bool = False) -> str:
+    load = ("collected from finished runs (--from-runs), so the load during them is not recorded" if collected
+            else f"load average {os.getloadavg()[0]:.1f} when the last run ended")
     lines = [f"# fednsl-kg on {dataset}: filtered link prediction (rule-only)", "",
              f"Seeds {seeds}; mean ± 95% t-interval" + (" (one seed: no interval)" if len(seeds) < 2 else "") +
              "; filtered ranking against train ∪ valid ∪ test, head and tail queries, ties by expectation "
-             f"(RNNLogic); machine: 2 CPU cores, load average {os.getloadavg()[0]:.1f} when the last run ended (other "
-             "sessions' jobs inflate wall times). Published figures: the config's `paper:` block, each figure "
+             f"(RNNLogic); machine: 2 CPU cores, {load} (other sessions' jobs inflate wall times). Published figures: the config's `paper:` block, each figure "
              "commented with its source as checked (docs/methods/fednsl-kg.md).", "",
              "| model | MRR | Hits@1 | Hits@10 | MR | wall time (s) |", "|---|---|---|---|---|---|"]
     for name, s in settings.items():
@@ -191,7 +193,7 @@ def main() -> None:
                "settings": settings, "paper": paper}
     path = write_result(f"kg_completion_{args.dataset}", payload)
     md = RESULTS / f"kg_completion_{args.dataset}.md"
-    md.write_text(markdown(args.dataset, settings, paper, args.seeds))
+    md.write_text(markdown(args.dataset, settings, paper, args.seeds, collected=args.from_runs))
     print(f"wrote {path} and {md}")
 
 
