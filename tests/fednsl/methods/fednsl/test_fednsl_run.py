@@ -119,6 +119,20 @@ def test_resume_after_round_one_gives_identical_rules(tmp_path: Path) -> None:
         assert "no stored triple" in out.output
 
 
+def test_clients_in_parallel_give_the_same_run(tmp_path: Path) -> None:
+    """``federation.parallelism: 2`` (the DWIE configs) runs two clients at once in threads: same rules, same
+    evaluation as one at a time."""
+    runs = {}
+    for par in (1, 2):
+        cfg = small_config(rounds=1)
+        cfg.federation.parallelism = par
+        runs[par] = train(cfg, tmp_path / f"p{par}", progress=False)
+    a, b = (json.loads((tmp_path / f"p{p}" / "rules.json").read_text()) for p in (1, 2))
+    assert a == b
+    one, two = ({k: v for k, v in server_rows(runs[p].rows, "evaluate")[-1].items() if "time" not in k} for p in (1, 2))
+    assert one == two
+
+
 class Wrapping(Client):
     """Wraps a FedNSL client and passes ``train.stats`` and ``evaluate`` through; subclasses spoil ``train``."""
 
