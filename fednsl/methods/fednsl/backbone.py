@@ -81,6 +81,8 @@ log = logging.getLogger("fednsl.backbones")
 
 POS_WEIGHTS = ("none", "sqrt", "balanced")
 CALIBRATION_SHARING = ("federated", "local")
+# options that leave the trained weights unchanged, so not part of the cache key
+NOT_IN_KEY = ("cache", "memory_limit_gb", "calibration_sharing", "parallelism")
 
 #: A client's ``calibrate`` reply: its own Platt maps (a_r, b_r) and their positive counts, nothing else.
 CALIBRATION_SCHEMA = Schema(
@@ -123,6 +125,7 @@ class FederatedFeaturesOptions:
     calibration: str = "sigmoid"  # per-relation map on the client's hold-out: isotonic | sigmoid | none
     calibration_min_positives: int = 3  # fewer positive hold-out cells → the relation uses the pooled map
     calibration_sharing: str = "federated"  # federated: clients exchange Platt maps (2 floats a relation) | local
+    parallelism: int = 1  # clients trained at once (threads) in the FedAvg phase; the weights do not depend on it
 
     def __post_init__(self) -> None:
         if self.pos_weight not in POS_WEIGHTS:
@@ -145,7 +148,7 @@ class FederatedFeaturesOptions:
                 "federated-features backbone: calibration_min_positives must be >= 1, "
                 f"got {self.calibration_min_positives}"
             )
-        for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size"):
+        for name in ("hash_dim", "ent_hidden", "hidden", "rounds", "local_epochs", "batch_size", "parallelism"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"federated-features backbone: {name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -351,7 +354,7 @@ class FederatedFeatures(Backbone):
             self.features[d.doc_id] = doc_features(d, num_types, table, dim)
 
     def _key(self, clients: Sequence[ClientDocs], R: int, T: int, text: str, seed: int) -> str:
-        opts = {k: v for k, v in asdict(self.options).items() if k not in ("cache", "memory_limit_gb")}
+        opts = {k: v for k, v in asdict(self.options).items() if k not in NOT_IN_KEY}
         blob = json.dumps(
             {
                 "clients": [
@@ -454,7 +457,13 @@ class FederatedFeatures(Backbone):
         strategy, clients = _make_phase(factory, data, opts)
         if not clients:
             raise ValueError("federated-features backbone: no client has training pairs (empty training documents?)")
-        cfg = RunConfig(method="fedavg", rounds=opts.rounds, seed=seed, name="backbone", federation={"min_clients": 1})
+        cfg = RunConfig(
+            method="fedavg",
+            rounds=opts.rounds,
+            seed=seed,
+            name="backbone",
+            federation={"min_clients": 1, "parallelism": int(opts.parallelism)},
+        )
         tmp = None
         run_dir = where / "run" if where is not None else Path(tmp := tempfile.mkdtemp(prefix="fednsl-backbone-"))
         if run_dir.exists():

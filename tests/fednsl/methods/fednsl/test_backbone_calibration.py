@@ -158,6 +158,19 @@ def test_federated_calibration_gives_a_client_the_owner_maps_through_declared_fi
         assert m.arrays["platt"].shape == (len(corpus.relations), 2) and m.arrays["positives"].dtype.kind == "i"
 
 
+def test_parallel_fedavg_phase_trains_the_same_weights_under_the_same_key(corpus) -> None:
+    clients = clients_of(corpus)
+    bbs = []
+    for par in (1, 2):
+        bb = FederatedFeatures(FederatedFeaturesOptions(**SMALL, parallelism=par))
+        bb.prepare(clients, corpus.relations, corpus.entity_types, seed=0)
+        bbs.append(bb)
+    d = clients[0].test[0]
+    np.testing.assert_array_equal(bbs[0].logits(d), bbs[1].logits(d))
+    R, T = len(corpus.relations), len(corpus.entity_types)
+    assert bbs[0]._key(clients, R, T, "hash", 0) == bbs[1]._key(clients, R, T, "hash", 0)
+
+
 def test_cache_key_changes_with_every_new_option(corpus) -> None:
     clients = clients_of(corpus)
     R, T = len(corpus.relations), len(corpus.entity_types)
