@@ -312,6 +312,8 @@ class _CalibrationStrategy(Strategy):
 
 
 class _CalibrationClient(Client):
+    """Replies its calibrator's own Platt maps and positive counts (``CALIBRATION_SCHEMA``)."""
+
     def __init__(self, cid: str, calibrator: RelationCalibrator):
         self.cid, self.calibrator = cid, calibrator
 
