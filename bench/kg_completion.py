@@ -121,8 +121,9 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
     lines = [f"# fednsl-kg on {dataset}: filtered link prediction (rule-only)", "",
              f"Seeds {seeds}; mean ± 95% t-interval" + (" (one seed: no interval)" if len(seeds) < 2 else "") +
              "; filtered ranking against train ∪ valid ∪ test, head and tail queries, ties by expectation "
-             f"(RNNLogic); machine: 2 CPU cores, {load} (other sessions' jobs inflate wall times). Published figures: the config's `paper:` block, each figure "
-             "commented with its source as checked (docs/methods/fednsl-kg.md).", "",
+             f"(RNNLogic); machine: 2 CPU cores, {load} (other sessions' jobs inflate wall times). Published "
+             "figures: the config's `paper:` block, each figure commented with its source as checked "
+             "(docs/methods/fednsl-kg.md).", "",
              "| model | MRR | Hits@1 | Hits@10 | MR | wall time (s) |", "|---|---|---|---|---|---|"]
     for name, s in settings.items():
         a = s["aggregate"]

@@ -319,9 +319,9 @@ class _CalibrationClient(Client):
 
     @handles("calibrate")
     def calibrate(self, msg: Message) -> Message:
-        arrays = self.calibrator.platt_arrays()
-        n = int(sum(p + q for p, q in self.calibrator.counts))
-        return msg.reply(self.cid, arrays=arrays, metrics={"num_examples": n})
+        counts = self.calibrator.counts  # (positives, negatives) per relation, over the same calibration cells
+        cells = int(sum(counts[0])) if counts else 0
+        return msg.reply(self.cid, arrays=self.calibrator.platt_arrays(), metrics={"num_examples": cells})
 
 
 @register_backbone(

@@ -136,12 +136,18 @@ def _bce(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None) -> 
     return (loss * w).sum() / w.sum().clamp_min(1e-12)
 
 
-def _posterior_instances(inst: Instances, opts: ScorerOptions) -> Instances:
+def _posterior_rows(inst: Instances, opts: ScorerOptions) -> torch.Tensor | None:
+    """(M,) bool: the cells the posterior is taken over (``posterior_instances``); None for all of them."""
     if opts.posterior_instances == "all":
-        return inst
+        return None
     if opts.posterior_instances == "positive":
-        return inst.subset(inst.y > 0.5)
+        return inst.y > 0.5
     raise ValueError(f"posterior_instances must be 'all' or 'positive', got {opts.posterior_instances!r}")
+
+
+def _posterior_instances(inst: Instances, opts: ScorerOptions) -> Instances:
+    rows = _posterior_rows(inst, opts)
+    return inst if rows is None else inst.subset(rows)
 
 
 def kl_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
@@ -289,11 +295,8 @@ def _fit_terms(inst: Instances, rules: RuleSet, opts: ScorerOptions, dtype: torc
         inst.y.to(dtype),
         None if inst.weight is None else inst.weight.to(dtype),
     )
-    rows = torch.ones(len(inst), dtype=torch.bool)
-    if opts.posterior_instances == "positive":
-        rows = inst.y > 0.5
-    elif opts.posterior_instances != "all":
-        raise ValueError(f"posterior_instances must be 'all' or 'positive', got {opts.posterior_instances!r}")
+    selected = _posterior_rows(inst, opts)
+    rows = torch.ones(len(inst), dtype=torch.bool) if selected is None else selected
     ones = torch.ones(len(inst), dtype=dtype)
     omega = torch.where(rows, ones if inst.weight is None else inst.weight, torch.zeros((), dtype=dtype))
     total = torch.zeros(T, dtype=dtype).index_add(0, inst.tri, omega)
