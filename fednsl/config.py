@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from fednsl.registry import build_kwargs
+from kg.yaml_io import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The shipped configs: package data of fednsl (fednsl/configs links to the checkout's top-level configs/ folder,
@@ -173,7 +174,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".") if p]
     if not path:
         raise ValueError(f"override {text!r} has an empty key")
-    return path, yaml.safe_load(value) if value.strip() != "" else ""
+    return path, load_yaml(value) if value.strip() != "" else ""
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -208,7 +209,7 @@ def resolve_config_path(name: str | Path) -> Path:
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     path = resolve_config_path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(raw, dict):

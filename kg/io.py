@@ -108,9 +108,9 @@ def _load_synthetic(path: str | Path) -> Corpus:
         )
         return corpus
     if p.suffix in (".yaml", ".yml"):
-        import yaml
+        from kg.yaml_io import load_yaml
 
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = load_yaml(p.read_text(encoding="utf-8")) or {}
     else:
         data = json.loads(p.read_text(encoding="utf-8"))
     if not isinstance(data, dict):

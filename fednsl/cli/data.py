@@ -436,9 +436,9 @@ def _prepare_synthetic(out_dir: Path, seed: int, config_path: Path | None) -> No
     config = PlantedRuleConfig()
     if config_path is not None:
         if config_path.suffix in (".yaml", ".yml"):
-            import yaml
+            from kg.yaml_io import load_yaml
 
-            data = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+            data = load_yaml(config_path.read_text(encoding="utf-8")) or {}
         else:
             data = json.loads(config_path.read_text(encoding="utf-8"))
         seed = int(data.pop("seed", seed))

@@ -17,6 +17,7 @@ import yaml
 
 from fednsl.config import RunConfig
 from fednsl.federation.roles import Client
+from kg.yaml_io import load_yaml
 
 if TYPE_CHECKING:
     from fednsl.federation.runner import Federation
@@ -47,7 +48,7 @@ def config_text(config: RunConfig) -> str:
 
 
 def config_from_text(text: str, where: str = "Flower run config 'fednsl-config'") -> RunConfig:
-    raw = yaml.safe_load(text)
+    raw = load_yaml(text)
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a YAML mapping, got {type(raw).__name__}")
     return RunConfig.from_dict(raw, where=where)

@@ -19,6 +19,7 @@ import yaml
 
 from fednsl.config import RunConfig
 from fednsl.federation.tracking import CheckpointError, Checkpoints, MetricsLog
+from kg.yaml_io import load_yaml
 
 log = logging.getLogger("fednsl.resume")
 
@@ -71,7 +72,7 @@ def prepare_resume(run_dir: Path, config: RunConfig, *, start_over: bool = False
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
         try:
-            saved = yaml.safe_load(saved_path.read_text())
+            saved = load_yaml(saved_path.read_text())
         except yaml.YAMLError as exc:
             raise ValueError(f"--resume: {saved_path} is not valid YAML ({str(exc).splitlines()[0]})") from exc
         where = str(saved_path)

@@ -173,15 +173,14 @@ class DocumentValues:
 def document_values(run_dir: str | Path, doc_id: str) -> DocumentValues:
     """Rebuild a FedNSL run's data from RUN_DIR/config.yaml and return one document's backbone values
     (``fednsl rules explain RUN_DIR --doc DOC``). A trained backbone is read from its cache when present."""
-    import yaml
-
     from fednsl.config import RunConfig
     from fednsl.registry import build_kwargs
+    from kg.yaml_io import load_yaml
 
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: --doc needs the run's config.yaml")
-    config = RunConfig.from_dict(yaml.safe_load(path.read_text()), where=str(path))
+    config = RunConfig.from_dict(load_yaml(path.read_text()), where=str(path))
     if config.method != "fednsl":
         raise ValueError(f"{path}: method {config.method!r} is not fednsl")
     cfg = build_kwargs(FedNSLConfig, config.method_kwargs, "method_kwargs (fednsl)")
