@@ -85,6 +85,10 @@ class PredictorConfig:
     # zero-length rules q(X, Y) <- b(Y, _), one weight per body relation b ∉ {q, q⁻¹}: those two would see the
     # query's own fact); it ranks type-compatible candidates that the per-entity bias has never seen as answers
     type_prior: bool = False
+    # the training target: 0 = the answer alone, the other known answers of (h, q) filtered out of the softmax's
+    # denominator; s > 0 = RNNLogic's smoothed target (``smoothing`` in its trainer): the answer weighs 1 and every
+    # other known answer s, over the unfiltered softmax, normalised by the batch's summed target weight
+    smoothing: float = 0.0
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -100,6 +104,13 @@ def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter
     return ((torch.digamma(higher + tied + 1) - torch.digamma(higher + 1)) / tied).float()
 
 
+def _positions(cells: np.ndarray, flat: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each entry of ``flat`` sits in the sorted ``cells`` (clipped index, found?)."""
+    pos = np.searchsorted(cells, flat).clip(max=max(cells.size - 1, 0))
+    hit = cells[pos] == flat if cells.size else np.zeros(flat.size, dtype=bool)
+    return torch.from_numpy(pos), torch.from_numpy(hit)
+
+
 @dataclass
 class _Batch:
     """Sparse groundings of B queries of one head: entries (row·E + entity, rule, feature value)."""
@@ -113,7 +124,7 @@ class _Batch:
     filter_flat: torch.Tensor  # (m,) int64 row * E + entity of other known answers
     num_rules: int = 0  # J: the head's bodies (columns of the design matrix)
     design: tuple[torch.Tensor, sp.csr_matrix] | None = None  # sum aggregator, built once
-    reached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # _reached_loss's per-batch index
+    reached: tuple[torch.Tensor, ...] | None = None  # _reached_loss's per-batch index
 
     @property
     def nnz(self) -> int:
@@ -175,6 +186,8 @@ class RulePredictor:
         self.features = tuple(self.config.feature.split("+"))
         if not self.features or any(f not in _FEATURES for f in self.features):
             raise ValueError(f"feature must be one or more of {_FEATURES} joined by '+', got {self.config.feature!r}")
+        if not 0.0 <= self.config.smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in [0, 1], got {self.config.smoothing!r}")
         self.num_entities = int(num_entities)
         self.num_relations = num_relations
         self.bodies: dict[int, list[Body]] = {}
@@ -379,12 +392,25 @@ class RulePredictor:
         return s
 
     def _loss(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
-        """Mean softmax cross-entropy of the batch's answers over all E candidates, other known answers removed
-        from the denominator. Sum aggregator on a sparse batch (reached cells < 1/4 of B·E): computed exactly on the
-        reached cells only (:meth:`_reached_loss`); otherwise on the dense (B, E) logits."""
+        """Softmax cross-entropy of the batch's answers over all E candidates.
+
+        ``smoothing`` s = 0: the mean over queries, other known answers removed from the denominator. s > 0
+        (RNNLogic's trainer): target 1 on the answer and s on each other known answer a, unfiltered softmax,
+        loss = −Σ_rows (log p_t + s Σ_a log p_a) / Σ_rows (1 + s·|A_row|). Sum aggregator on a sparse batch
+        (reached cells < 1/4 of B·E): computed exactly on the reached cells only (:meth:`_reached_loss`);
+        otherwise on the dense (B, E) logits."""
         if self.config.aggregator == "sum" and 4 * self._design(batch)[0].numel() < batch.size * self.num_entities:
             return self._reached_loss(model, batch)
+        return self._dense_loss(model, batch)
+
+    def _dense_loss(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
+        """:meth:`_loss` on the dense (B, E) logits."""
         logits = self._logits(model, batch)
+        s = self.config.smoothing
+        if s > 0:
+            logp = torch.log_softmax(logits, dim=1)
+            num = logp.gather(1, batch.answers[:, None]).sum() + s * logp.view(-1)[batch.filter_flat].sum()
+            return -num / (batch.size + s * batch.filter_flat.numel())
         logits = logits.view(-1).index_fill(0, batch.filter_flat, float("-inf")).view(batch.size, -1)
         return torch.nn.functional.cross_entropy(logits, batch.answers)
 
@@ -394,28 +420,31 @@ class RulePredictor:
 
             Z = Σ_{e∉F} e^{b_e} + Σ_{e∈C∖F} e^{b_e} (e^{r_e} − 1),     loss = log Z − (b_t + r_t)
 
-        evaluated in float64 with a per-row shift M ≥ every logit (O(|C| + |F| + E) instead of O(B · E))."""
+        evaluated in float64 with a per-row shift M ≥ every logit (O(|C| + |F| + E) instead of O(B · E)). With
+        ``smoothing`` s > 0 nothing is filtered (F = ∅ in Z) and the other known answers a enter the numerator
+        with weight s (:meth:`_loss`)."""
         E, B = self.num_entities, batch.size
+        s = self.config.smoothing
         cells, phi = self._design(batch)
         if batch.reached is None:  # fixed per batch: unfiltered reached cells and where the answers sit among them
-            flt = np.sort(batch.filter_flat.numpy())
             c = cells.numpy()
+            flat_f = batch.filter_flat.numpy()
+            flt = np.sort(flat_f)
             at = np.searchsorted(flt, c).clip(max=max(flt.size - 1, 0))
-            keep = torch.from_numpy(~(flt[at] == c) if flt.size else np.ones(c.size, dtype=bool))
+            keep = torch.from_numpy(~(flt[at] == c) if flt.size and s == 0 else np.ones(c.size, dtype=bool))
             answer = np.arange(B) * E + batch.answers.numpy()
-            pos = np.searchsorted(c, answer).clip(max=max(c.size - 1, 0))
-            hit = c[pos] == answer if c.size else np.zeros(B, dtype=bool)
-            batch.reached = (keep, torch.from_numpy(pos), torch.from_numpy(hit))
-        keep, pos, hit = batch.reached
+            pos, hit = _positions(c, answer)
+            batch.reached = (keep, pos, hit, *_positions(c, flat_f))
+        keep, pos, hit, fpos, fhit = batch.reached
         r = _SparseLinear.apply(model.weights, phi).double()
         prior = self._prior(model)
         b = prior.double() if prior is not None else torch.zeros(E, dtype=torch.float64)
         rows, ents = cells // E, cells % E
         m = b.max().detach()
         total = torch.exp(b - m).sum()
-        filtered = torch.zeros(B, dtype=torch.float64).index_add(
-            0, batch.filter_flat // E, torch.exp(b[batch.filter_flat % E] - m)
-        )
+        filtered = torch.zeros(B, dtype=torch.float64)
+        if s == 0:
+            filtered = filtered.index_add(0, batch.filter_flat // E, torch.exp(b[batch.filter_flat % E] - m))
         logit = b[ents] + r
         k_rows = rows[keep]
         shift = torch.full((B,), float(m), dtype=torch.float64)
@@ -424,9 +453,16 @@ class RulePredictor:
         z = torch.exp(m - shift) * (total - filtered) + torch.zeros(B, dtype=torch.float64).index_add(
             0, k_rows, reached
         )
-        r_answer = torch.where(hit, r[pos], torch.zeros((), dtype=torch.float64)) if cells.numel() else 0.0
+        zero = torch.zeros((), dtype=torch.float64)
+        r_answer = torch.where(hit, r[pos], zero) if cells.numel() else 0.0
         log_z = shift + torch.log(z.clamp(min=1e-300))
-        return (log_z - (b[batch.answers] + r_answer)).mean().float()
+        loss = log_z - (b[batch.answers] + r_answer)
+        if s == 0:
+            return loss.mean().float()
+        f = batch.filter_flat
+        r_other = torch.where(fhit, r[fpos], zero) if cells.numel() else 0.0
+        other = (b[f % E] + r_other) - log_z[f // E]
+        return ((loss.sum() - s * other.sum()) / (B + s * f.numel())).float()
 
     def _num_rules(self, q: int) -> int:
         """Columns of head q's design matrix: its path bodies, then its constant rules."""

@@ -256,11 +256,13 @@ def test_h_scores_equal_the_per_grounding_definition(feature: str) -> None:
     np.testing.assert_allclose(got, H / len(queries), atol=1e-8)
 
 
-@pytest.mark.parametrize("type_prior", [False, True])
-def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: bool) -> None:
-    """The sparse-batch loss (reached cells only) equals the dense softmax cross-entropy over all E candidates with
-    the other known answers filtered — value and gradients of rule weights, entity bias and type-prior weights —
-    including answers no rule reaches and filtered candidates that rules reach."""
+@pytest.mark.parametrize(("type_prior", "smoothing"), [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.5)])
+def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: bool, smoothing: float) -> None:
+    """The sparse-batch loss (reached cells only) and the dense-logits loss both equal a reference cross-entropy
+    over all E candidates — value and gradients of rule weights, entity bias and type-prior weights — including
+    answers no rule reaches and other known answers that rules reach. Reference: smoothing 0 = the other known
+    answers filtered; s > 0 = RNNLogic's trainer, target t = onehot(answer) + s·(other known answers), unfiltered,
+    loss = −Σ t·log_softmax / Σ t over the batch."""
     from rules.kg_mining import directed_triples
     from rules.kg_predictor import _known
 
@@ -270,7 +272,7 @@ def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: 
     multi = [(h, 1, h + k) for h in range(20) for k in (30, 60, 90)]  # queries with several known answers
     tr = np.unique(np.concatenate([tr, np.array(multi)]), axis=0)
     bodies = {1: [(0, 0), (2,), (0, 2), (5, 2), (3, 0), (0,), (1,)]}  # (1,) reaches the other known answers
-    cfg = PredictorConfig(feature="log1p+indicator", batch_size=64, type_prior=type_prior)
+    cfg = PredictorConfig(feature="log1p+indicator", batch_size=64, type_prior=type_prior, smoothing=smoothing)
     p = RulePredictor(bodies, E, num_relations=R, config=cfg)
     p.set_graph(tr)
     model = p._new_model(1)
@@ -289,22 +291,31 @@ def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: 
         unreached += int((~torch.isin(torch.arange(batch.size) * E + batch.answers, cells)).sum())
         filtered_reached += int(torch.isin(batch.filter_flat, cells).sum())
         grads = []
-        for fn in (p._reached_loss, None):
+        for fn in (p._reached_loss, p._dense_loss, None):
             for t in params:
                 t.requires_grad_(True)
                 t.grad = None
             if fn is None:
-                logits = p._logits(model, batch).view(-1).index_fill(0, batch.filter_flat, float("-inf"))
-                loss = torch.nn.functional.cross_entropy(logits.view(batch.size, -1), batch.answers)
+                logits = p._logits(model, batch).view(-1)
+                target = torch.zeros_like(logits)
+                if smoothing == 0:
+                    logits = logits.index_fill(0, batch.filter_flat, float("-inf"))
+                else:
+                    target[batch.filter_flat] = smoothing
+                target[torch.arange(batch.size) * E + batch.answers] = 1.0
+                logp = torch.log_softmax(logits.view(batch.size, -1), dim=1).view(-1)
+                keep = target > 0
+                loss = -(logp[keep] * target[keep]).sum() / target.sum()
             else:
                 loss = fn(model, batch)
             loss.backward()
             grads.append((float(loss.detach()), [t.grad.clone() for t in params]))
-        (l1, g1), (l2, g2) = grads
-        assert l1 == pytest.approx(l2, rel=1e-5)
-        assert len(g1) == 2 + type_prior
-        for a, b in zip(g1, g2):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        (l_ref, g_ref) = grads[-1]
+        assert len(g_ref) == 2 + type_prior
+        for loss_value, g in grads[:-1]:
+            assert loss_value == pytest.approx(l_ref, rel=1e-5)
+            for a, b in zip(g, g_ref):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert unreached > 0 and filtered_reached > 0
 
 
