@@ -15,7 +15,7 @@ from fednsl.federation.runner import Federation
 from fednsl.methods.fednsl.client import FedNSLClient
 from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, GeneratorOptions
 from fednsl.methods.fednsl.data import FedNSLData, build_data
-from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_recall
+from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_ranks, rule_recall
 from fednsl.registry import build_kwargs, register_method
 from kg.split import partition_stats
 
@@ -28,6 +28,7 @@ __all__ = [
     "GeneratorOptions",
     "build_fednsl",
     "build_data",
+    "rule_ranks",
     "rule_recall",
     "parse_config",
 ]

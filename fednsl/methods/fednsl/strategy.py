@@ -60,7 +60,7 @@ from rules.generator import GeneratorConfig, RuleGenerator, TypeConstraints, sam
 from rules.pool import RulePool, aggregate_distributions
 from rules.store import RuleStore
 
-__all__ = ["FedNSLStrategy", "rule_recall", "degenerate_priors", "DEGENERATE_MASS"]
+__all__ = ["FedNSLStrategy", "rule_ranks", "rule_recall", "degenerate_priors", "DEGENERATE_MASS"]
 
 #: A triple's prior is degenerate when one body holds at least this share of the renormalised T_θ.
 DEGENERATE_MASS = 0.999
@@ -75,29 +75,43 @@ def degenerate_priors(rules: RuleSet) -> torch.Tensor:
 log = logging.getLogger("fednsl.methods.fednsl")
 
 
+def rule_ranks(
+    pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
+    rules: Sequence[tuple[int, Sequence[int]]],
+) -> list[int | None]:
+    """Best 1-based rank of each rule's body (head, body tokens) among the bodies of the triples of its head, or
+    None when no triple of the head holds it (the body never entered the pool).
+
+    The trivial pass-through body [head] is left out of the ranking (it is always on top: every labelled fact
+    is its own length-1 path). Ties are broken by body tokens, as in the pool's listing.
+    """
+    out: list[int | None] = []
+    for head, body in rules:
+        body = tuple(int(b) for b in body)
+        best: int | None = None
+        for (h, _, _), dist in pool.items():
+            if h != head or body not in dist or body == (head,):
+                continue
+            ranked = [b for b, _ in sorted(dist.items(), key=lambda kv: (-kv[1], kv[0])) if b != (head,)]
+            rank = ranked.index(body) + 1
+            best = rank if best is None else min(best, rank)
+        out.append(best)
+    return out
+
+
 def rule_recall(
     pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
     rules: Sequence[tuple[int, Sequence[int]]],
     k: int,
 ) -> tuple[float, list[bool]]:
-    """Share of ``rules`` (head, body tokens) whose body is among the top-k bodies of some triple of its head.
-
-    The trivial pass-through body [head] is left out of the ranking (it is always on top: every labelled fact
-    is its own length-1 path). Returns (recall, per-rule hit list); NaN recall when ``rules`` is empty.
-    """
-    hits = []
-    for head, body in rules:
-        body = tuple(int(b) for b in body)
-        found = False
-        for (h, _, _), dist in pool.items():
-            if h != head:
-                continue
-            ranked = [b for b, _ in sorted(dist.items(), key=lambda kv: (-kv[1], kv[0])) if b != (head,)]
-            if body in ranked[:k]:
-                found = True
-                break
-        hits.append(found)
+    """Share of ``rules`` (head, body tokens) whose body is among the top-k bodies of some triple of its head
+    (:func:`rule_ranks`). Returns (recall, per-rule hit list); NaN recall when ``rules`` is empty."""
+    hits = _in_top(rule_ranks(pool, rules), k)
     return (float(np.mean(hits)) if hits else math.nan), hits
+
+
+def _in_top(ranks: Sequence[int | None], k: int) -> list[bool]:
+    return [r is not None and r <= k for r in ranks]
 
 
 class FedNSLStrategy(Strategy):
@@ -501,8 +515,12 @@ class FedNSLStrategy(Strategy):
     def evaluate(self, rnd: int) -> Metrics:
         if not self.golden:
             return {}
-        recall, _ = rule_recall(self.pool.distributions(), self.golden, self.cfg.top_k)
-        return {} if math.isnan(recall) else {f"{self.golden_kind}_recall_top{self.cfg.top_k}": recall}
+        ranks = rule_ranks(self.pool.distributions(), self.golden)
+        k = self.cfg.top_k
+        return {
+            f"{self.golden_kind}_recall_top{k}": float(np.mean(_in_top(ranks, k))),
+            f"{self.golden_kind}_in_pool": float(np.mean([r is not None for r in ranks])),
+        }
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -533,12 +551,14 @@ class FedNSLStrategy(Strategy):
     def finalize(self, run_dir: Path) -> None:
         run_dir = Path(run_dir)
         if self.golden:
-            recall, hits = rule_recall(self.pool.distributions(), self.golden, self.cfg.top_k)
+            ranks = rule_ranks(self.pool.distributions(), self.golden)
+            k = self.cfg.top_k
             vocab = self.store.vocab
-            self.store.meta[f"{self.golden_kind}_recall_top{self.cfg.top_k}"] = None if math.isnan(recall) else recall
+            hits = _in_top(ranks, k)
+            self.store.meta[f"{self.golden_kind}_recall_top{k}"] = float(np.mean(hits))
             self.store.meta[f"{self.golden_kind}_rules"] = [
-                {"rule": f"{self.relations[h]} <- {vocab.format_body(b)}", "in_top_k": hit}
-                for (h, b), hit in zip(self.golden, hits)
+                {"rule": f"{self.relations[h]} <- {vocab.format_body(b)}", "in_top_k": hit, "best_rank": r}
+                for (h, b), hit, r in zip(self.golden, hits, ranks)
             ]
         self.store.meta["pool_top"] = {
             self.store.triple_name(t): [

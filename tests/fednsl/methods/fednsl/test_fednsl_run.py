@@ -239,6 +239,9 @@ def test_planted_rules_on_top_on_the_synthetic_default(tmp_path: Path) -> None:
     assert recall >= 0.8
     store = json.loads((tmp_path / "run" / "rules.json").read_text())
     assert store["meta"]["planted_recall_top5"] == recall
+    assert server_rows(result.rows, "round")[-1]["planted_in_pool"] >= recall
+    for rule in store["meta"]["planted_rules"]:
+        assert rule["in_top_k"] == (rule["best_rank"] is not None and rule["best_rank"] <= 5)
     ev = server_rows(result.rows, "evaluate")[-1]
     assert ev["seen_f1"] > ev["backbone_seen_f1"]
 
