@@ -58,6 +58,10 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
     """Final metrics, wall time and the MRR-after-each-round curve of a finished run directory."""
     summary = json.loads((run_dir / "summary.json").read_text())
+    if "test_mrr" not in summary:  # e.g. the client timed out and the round lost its quorum
+        dropped = [stage for stage, m in summary.get("final", {}).items() if m.get(f"{stage}.dropped")]
+        sys.exit(f"{run_dir}: no test metrics in summary.json (clients dropped in {sorted(dropped) or 'no stage'}; "
+                 f"see {run_dir / 'run.log'}, and raise federation.client_timeout_s if a client timed out)")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     curve, ends, elapsed = [], {}, 0.0
     for row in rows:
@@ -68,10 +72,6 @@ def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
             curve.append({"round": row["round"], "mrr": row["test_mrr"], "round_end_s": None})
     for point in curve:
         point["round_end_s"] = ends.get(point["round"])
-    if "test_mrr" not in summary:  # e.g. the client timed out and the round lost its quorum
-        dropped = {stage: m for stage, m in summary.get("final", {}).items() if m.get(f"{stage}.dropped")}
-        sys.exit(f"{run_dir}: no test metrics in summary.json (clients dropped in {sorted(dropped) or 'no stage'}; "
-                 f"see {run_dir / 'run.log'}, and raise federation.client_timeout_s if a client timed out)")
     return {"wall_s": summary["wall_time_s"] if wall is None else wall, **{k: summary[k] for k in METRICS},
             "test_mrr_pessimistic": summary["test_mrr_pessimistic"], "clients": summary.get("clients", {}),
             "curve": curve, "data": summary.get("data", {})}

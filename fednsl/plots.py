@@ -245,9 +245,9 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.yaml"
     if not path.exists():
         return {}
-    import yaml
+    from kg.yaml_io import load_yaml
 
-    loaded = yaml.safe_load(path.read_text())
+    loaded = load_yaml(path.read_text())
     return loaded if isinstance(loaded, dict) else {}
 
 

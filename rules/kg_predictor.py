@@ -429,9 +429,7 @@ class RulePredictor:
         if batch.reached is None:  # fixed per batch: unfiltered reached cells and where the answers sit among them
             c = cells.numpy()
             flat_f = batch.filter_flat.numpy()
-            flt = np.sort(flat_f)
-            at = np.searchsorted(flt, c).clip(max=max(flt.size - 1, 0))
-            keep = torch.from_numpy(~(flt[at] == c) if flt.size and s == 0 else np.ones(c.size, dtype=bool))
+            keep = torch.from_numpy(~np.isin(c, flat_f) if s == 0 else np.ones(c.size, dtype=bool))
             answer = np.arange(B) * E + batch.answers.numpy()
             pos, hit = _positions(c, answer)
             batch.reached = (keep, pos, hit, *_positions(c, flat_f))
