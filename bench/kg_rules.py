@@ -55,7 +55,7 @@ PAPER_CONFIG = {"kinship_rnnlogic": "kinship", "umls_rnnlogic": "umls", "fb15k23
 def published_rows(name: str) -> list[str]:
     """Markdown rows of the published figures for dataset folder ``name`` (none for a dataset without a config)."""
     key = PAPER_CONFIG.get(name)
-    return paper_rows(load_config(str(REPO / CONFIGS[key]), []).paper, extra_columns=0) if key else []
+    return paper_rows(load_config(str(REPO / CONFIGS[key]), []).paper, extra_columns=0, hits3=False) if key else []
 
 
 def shared_data_dir() -> Path:

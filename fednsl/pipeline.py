@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -158,6 +160,7 @@ def _train(
         "seed": config.seed,
         "rounds": config.rounds,
         "wall_time_s": time.perf_counter() - t0,
+        "peak_rss_mb": peak_rss_mb(),
         "data": fed.summary,
         # every plot of the run: the generic metrics.png and the method's own (written when it finalised)
         "plots": sorted(str(p.relative_to(run_dir)) for p in (run_dir / "plots").glob("*.png")),
@@ -173,8 +176,24 @@ def _train(
     if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
         summary.update(extra())
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    log.info("done in %.1f s; wrote %s", summary["wall_time_s"], ", ".join(["summary.json", *summary["plots"]]))
+    log.info(
+        "done in %.1f s, peak memory %.0f MB; wrote %s",
+        summary["wall_time_s"],
+        summary["peak_rss_mb"],
+        ", ".join(["summary.json", *summary["plots"]]),
+    )
     return result
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and of its finished children (worker processes), in MiB.
+
+    The larger of the two ``getrusage`` maxima, not their sum: children run beside the parent only in the
+    multi-process engines, and their peaks need not coincide. ``ru_maxrss`` is KiB on Linux, bytes on macOS.
+    """
+    unit = 1 if sys.platform == "darwin" else 1024
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return peak * unit / 2**20
 
 
 def _short_summary(data: Any, depth: int = 0) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from click.testing import CliRunner
 from fednsl.cli.main import cli
 from fednsl.cli.result import lookup
 from fednsl.config import dump_config
-from fednsl.pipeline import train
+from fednsl.pipeline import peak_rss_mb, train
 from fednsl.registry import METHOD_TABLE, headline_of
 from rules.measures import count_bodies
 from rules.store import RuleStore
@@ -40,8 +42,9 @@ def test_declared_headline_keys_are_in_the_summary(method: str, tmp_path: Path) 
             ref = lookup(h.reference, summary, resolved)
             assert ref is not None or h.reference_default is not None, f"{method}: reference {h.reference}"
     assert summary["plots"] == sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "plots").glob("*.png"))
+    assert 0 < summary["peak_rss_mb"] <= peak_rss_mb()  # the peak so far can only have grown since
     log = (tmp_path / "run.log").read_text()
-    assert f"method {config.method}" in log and "round 2" in log and "done in" in log
+    assert f"method {config.method}" in log and "round 2" in log and "done in" in log and "peak memory" in log
     if (tmp_path / "rules.json").exists():  # rule learners (fednsl, fednsl-kg): every rule has its counts
         assert RuleStore.load(tmp_path).missing_counts() == []
         assert summary["rule_counts"]["source"] in ("computed", "recorded")
@@ -148,3 +151,15 @@ def test_bad_engine_is_refused_with_the_engines_methods_lists(tmp_path: Path) ->
     listed = CliRunner().invoke(cli, ["methods"]).output
     engines = [ln.split()[0] for ln in listed.split("engines (--engine NAME):")[1].strip().splitlines()]
     assert engines == list(ENGINE_TABLE)
+
+
+def test_peak_rss_counts_memory_the_process_touched() -> None:
+    """In a fresh process (this one's peak is whatever earlier tests reached), writing 300 MB more than the peak so
+    far (which may be a finished child's) raises the peak by at least that much minus the interpreter's own."""
+    code = (
+        "import numpy as np; from fednsl.pipeline import peak_rss_mb; b = peak_rss_mb(); "
+        "x = np.ones(int(b + 300) * 2**20 // 8); print(b, peak_rss_mb())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, after = map(float, out.split())
+    assert 0 < before and after >= before + 250

@@ -7,6 +7,7 @@ exact sums of its ranking metrics — never a triple, an entity id or a predicto
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,8 @@ from kg.triples import KnowledgeGraph
 from rules.kg_mining import mine_chain_rule_support, rank_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor
 from rules.measures import RuleCounts
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores"]
 
@@ -145,6 +148,13 @@ class FedNSLKGClient(Client):
     def graph(self) -> SparseGraph:
         if self._graph is None:
             self._graph = SparseGraph.from_triples(self.part.train, self.E, self.R)
+            log.info(
+                "%s: sparse graph of %d facts, %.1f MB; grounding needs at most %.0f MB (graph + one batch)",
+                self.cid,
+                len(self.part.train),
+                self._graph.graph_bytes() / 2**20,
+                self._graph.memory_estimate() / 2**20,
+            )
         return self._graph
 
     # -- round 1: candidate bodies ------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ def test_cli_run_writes_summary_metrics_and_bytes(central: Path) -> None:
     rows = [json.loads(line) for line in (central / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r["scope"] == "server" and r["stage"] == "train"]
     assert len(train_rows) == 2 and all(r["train.bytes_up"] > 0 and r["train.bytes_down"] > 0 for r in train_rows)
+    assert s["peak_rss_mb"] > 0 and "c0: sparse graph of" in (central / "run.log").read_text()
 
 
 def test_mrr_beats_no_rule_baseline(central: Path) -> None:
@@ -147,6 +148,15 @@ def test_export_anyburl_and_amie_with_real_counts(central: Path, tmp_path: Path)
                    "--top", "3", "--epochs", "5", "--json"])
     scored = json.loads(out)
     assert scored["queries"] == 2 * len(kg.test) and 0 < scored["mrr"] <= 1
+    # the same rules written as AMIE TSV and as RNNLogic integer rules (with its relations.dict) score identically
+    (tmp_path / "rules.amie").write_text(amie)
+    (tmp_path / "rules.rnnlogic").write_text(_invoke(["rules", "export", str(central), "--format", "rnnlogic"]))
+    (tmp_path / "relations.dict").write_text("".join(f"{i}\t{name}\n" for i, name in enumerate(kg.relations)))
+    for fmt, extra in (("amie", []), ("rnnlogic", ["--relations", str(tmp_path / "relations.dict")])):
+        other = json.loads(_invoke(["rules", "score", str(tmp_path / f"rules.{fmt}"), "--kg", str(tmp_path / "kg"),
+                                    "--format", fmt, *extra, "--top", "3", "--epochs", "5", "--json"]))
+        keep = [k for k in scored if k not in ("rule_file", "format", "fit_s", "eval_s")]
+        assert {k: other[k] for k in keep} == {k: scored[k] for k in keep}, fmt
 
 
 def test_rules_score_bad_input_exits_2(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""bench.kg_completion: aggregation over seeds, the results table, and re-rendering a stored result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import bench.kg_completion as kc
+
+PAPER = {"source": "x", "metrics": ["mrr", "hits@1", "hits@10"], "Model_A": [0.5, None, 0.7], "Model_B_mrr": 0.4}
+
+
+def run(mrr: float, peak: float | None) -> dict:
+    return {"test_mrr": mrr, "test_mr": 3.0, "test_hits@1": mrr / 2, "test_hits@3": mrr, "test_hits@10": 0.9,
+            "test_mrr_pessimistic": mrr - 0.01, "wall_s": 10.0, "peak_rss_mb": peak, "clients": {}, "curve": []}
+
+
+def test_aggregate_gives_mean_and_t_interval_and_skips_metrics_some_run_lacks() -> None:
+    agg = kc.aggregate([run(0.3, 100.0), run(0.5, None)])
+    assert agg["test_mrr"]["mean"] == pytest.approx(0.4)
+    assert agg["test_mrr"]["ci95"] == pytest.approx(12.706 * 0.1414214 / 2**0.5, rel=1e-3)  # t(0.975, 1) · s / √n
+    assert "peak_rss_mb" not in agg and agg["test_mrr_pessimistic"]["mean"] == pytest.approx(0.39)
+
+
+def test_table_columns_line_up_for_measured_and_published_rows() -> None:
+    settings = {"centralised": {"aggregate": kc.aggregate([run(0.3, 100.0), run(0.5, 300.0)])}}
+    rows = kc.table(settings, PAPER)
+    assert len({row.count("|") for row in rows}) == 1  # every row has the header's cells
+    assert "| **fednsl-kg centralised** | 0.400 ± " in rows[2] and rows[2].endswith("| 200 ± 1271 |")
+    assert rows[3].startswith("| Model_A (published) | 0.500 | – | – | 0.700 |")
+    assert rows[4].startswith("| Model_B_mrr (published) | 0.400 | – | – | – |")
+
+
+def test_render_replaces_only_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kc, "RESULTS", tmp_path)
+    payload = {"settings": {"centralised": {"runs": [run(0.3, None), run(0.5, None)], "commands": []}},
+               "paper": PAPER, "seeds": [0, 1]}
+    (tmp_path / "kg_completion_umls.json").write_text(json.dumps(payload))
+    (tmp_path / "kg_completion_umls.md").write_text("# title\n\nhand-written text\n\n| model | MRR |\n|---|---|\n"
+                                                    "| old | 1 |\n\nCommands kept\n")
+    kc.render("umls")
+    text = (tmp_path / "kg_completion_umls.md").read_text()
+    assert "hand-written text" in text and "Commands kept" in text and "| old |" not in text
+    assert "| MRR, pessimistic |" in text and text.count(kc.COLUMNS) == 1
+    kc.render("umls")  # idempotent: the column note is not added twice
+    assert (tmp_path / "kg_completion_umls.md").read_text() == text
