@@ -3,7 +3,7 @@
 
 Defaults follow LogiRE where the FedNSL paper is silent (spec §8.13): N = 50 samples per triple, bodies of
 length ≤ 3, pool momentum 0.1, generator Adam 1e-3 with StepLR γ = 0.9; the per-round generator budget and the
-scorer's full-batch Adam are scaled to CPU runs (see the README section "FedNSL").
+scorer's fit are scaled to CPU runs (docs/methods/fednsl.md, Options).
 """
 
 from __future__ import annotations

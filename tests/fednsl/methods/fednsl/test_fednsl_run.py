@@ -358,3 +358,48 @@ def test_orphan_triples_and_a_one_body_prior_are_logged_counted_and_the_round_co
     assert "have no owner this round" in caplog.text and "of its mass on one body" in caplog.text
     ev = server_rows(result.rows, "evaluate")
     assert ev and 0.0 <= ev[-1]["unseen_f1"] <= 1.0
+
+
+def test_shared_split_reports_the_data_poor_clients_and_the_fit_iterations(tmp_path: Path) -> None:
+    """Issue 17: the data-poor clients' metrics are their own aggregate (not the all-client one), and each client's
+    scorer fit logs its L-BFGS iteration count, which the server summarises."""
+    cfg = small_config(rounds=1)
+    cfg.data["synthetic"]["num_documents"] = 160  # a data-poor client holds 20 % of its combo's documents
+    cfg.data.update(split="shared", num_clients=8)
+    result = train(cfg, tmp_path / "run", progress=False)
+    ev = server_rows(result.rows, "evaluate")[-1]
+    assert 0.0 < ev["poor_unseen_f1"] <= 1.0 and 0.0 < ev["poor_backbone_unseen_f1"] <= 1.0
+    assert (ev["poor_seen_f1"], ev["poor_unseen_f1"]) != (ev["seen_f1"], ev["unseen_f1"])
+    tr = server_rows(result.rows, "train")[-1]
+    assert 1 <= tr["scorer_iterations_mean"] <= tr["scorer_iterations_max"] <= 40  # scorer_steps
+    fits = [r["scorer_iterations"] for r in result.rows if r["scope"] != "server" and r["stage"] == "train"]
+    assert len(fits) == 8 and max(fits) == tr["scorer_iterations_max"]
+
+
+def test_round0_mining_adds_the_backbone_edges_outside_the_clients_combo() -> None:
+    """Issue 17 item 5: round-0 mining uses the (calibrated) backbone values of cells outside the client's own
+    combo at ``mining_threshold``, beside its gold facts inside the combo; backbone values inside the combo and
+    on the diagonal add nothing."""
+    from kg.split import query_mask
+
+    client = build_federation(small_config()).clients["c0"]
+    doc = next(d for d in client.partition.train if d.num_entities >= 4)
+    qm = query_mask(doc, client.partition.seen)
+    values = np.zeros_like(client.values[doc.doc_id])
+    outside = np.argwhere(~qm & ~np.eye(len(qm), dtype=bool))
+    inside = np.argwhere(qm & ~np.eye(len(qm), dtype=bool))
+    assert len(outside) >= 2 and len(inside) >= 1
+    (h1, t1), (h2, t2), (h3, t3) = outside[0], outside[1], inside[0]
+    values[h1, t1, 2] = 0.5  # at the threshold: mined
+    values[h2, t2, 3] = 0.49  # under it: not mined
+    values[h3, t3, 4] = 0.9  # inside the combo: only gold facts count there
+    values[0, 0, 5] = 0.9  # a self-loop: never
+    client.values = {**client.values, doc.doc_id: values}
+    mined, extra = client._mining_docs()
+    facts = {tuple(f) for f in next(m for m in mined if m.doc_id == doc.doc_id).facts.tolist()}
+    gold_inside = {tuple(f) for f in doc.facts.tolist() if qm[f[0], f[2]]}
+    assert (h1, 2, t1) in facts and (h2, 3, t2) not in facts and (0, 5, 0) not in facts
+    assert facts - {(h1, 2, t1)} == gold_inside and (h3, 4, t3) not in gold_inside
+    client.mining_edges = "combo"
+    mined, extra = client._mining_docs()
+    assert extra == 0 and {tuple(f) for f in next(m for m in mined if m.doc_id == doc.doc_id).facts.tolist()} == gold_inside
