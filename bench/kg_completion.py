@@ -64,7 +64,13 @@ def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
                  f"see {run_dir / 'run.log'}, and raise federation.client_timeout_s if a client timed out)")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     curve, ends, elapsed = [], {}, 0.0
+    sent: dict[int, dict[str, float]] = {}  # round -> bytes up / down, summed over its stages (evaluation included)
     for row in rows:
+        if row["scope"] == "server":
+            for way in ("up", "down"):
+                key = f"{row['stage']}.bytes_{way}"
+                if key in row:
+                    sent.setdefault(row["round"], {"up": 0.0, "down": 0.0})[way] += float(row[key])
         if row["scope"] == "server" and row["stage"] == "round":
             elapsed += float(row.get("round_time_s", 0.0))
             ends[row["round"]] = elapsed
@@ -74,7 +80,7 @@ def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
         point["round_end_s"] = ends.get(point["round"])
     return {"wall_s": summary["wall_time_s"] if wall is None else wall, **{k: summary[k] for k in METRICS},
             "test_mrr_pessimistic": summary["test_mrr_pessimistic"], "peak_rss_mb": summary.get("peak_rss_mb"),
-            "clients": summary.get("clients", {}),
+            "clients": summary.get("clients", {}), "bytes_per_round": [sent[r] for r in sorted(sent)],
             "curve": curve, "data": summary.get("data", {})}
 
 
@@ -170,6 +176,11 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
     for name, s in settings.items():
         for p in s["runs"][0]["curve"]:
             lines.append(f"| {name} | {p['round']} | {p['round_end_s']:.0f} | {p['mrr']:.3f} |")
+    sent = {name: s["runs"][0].get("bytes_per_round") for name, s in settings.items()}
+    if any(sent.values()):
+        lines += ["", "Bytes sent per round, all clients together, client → server / server → clients (first seed):", ""]
+        lines += [f"- {name}: " + ", ".join(f"round {i} {b['up']:,.0f} / {b['down']:,.0f}" for i, b in enumerate(per, 1))
+                  for name, per in sent.items() if per]
     if any(len(s["runs"][0]["clients"]) > 1 for s in settings.values()):
         lines += ["", "Per-client test MRR (first seed):", ""]
         for name, s in settings.items():

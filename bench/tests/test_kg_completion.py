@@ -46,3 +46,19 @@ def test_render_replaces_only_the_table(tmp_path: Path, monkeypatch: pytest.Monk
     assert "| MRR, pessimistic |" in text and text.count(kc.COLUMNS) == 1
     kc.render("umls")  # idempotent: the column note is not added twice
     assert (tmp_path / "kg_completion_umls.md").read_text() == text
+
+
+def test_collect_sums_the_bytes_of_each_rounds_stages(tmp_path: Path) -> None:
+    summary = {"wall_time_s": 5.0, **{k: 0.5 for k in kc.METRICS}, "test_mrr_pessimistic": 0.4, "peak_rss_mb": 9.0}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    rows = [{"round": 1, "scope": "server", "stage": "train.stats", "train.stats.bytes_up": 10, "train.stats.bytes_down": 1},
+            {"round": 1, "scope": "server", "stage": "train", "train.bytes_up": 20, "train.bytes_down": 2},
+            {"round": 1, "scope": "client:c0", "stage": "train", "train.bytes_up": 999},  # a client's row: not counted
+            {"round": 1, "scope": "server", "stage": "round", "round_time_s": 3.0},
+            {"round": 2, "scope": "server", "stage": "train", "train.bytes_up": 7, "train.bytes_down": 3}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = kc.collect(tmp_path)
+    assert got["bytes_per_round"] == [{"up": 30.0, "down": 3.0}, {"up": 7.0, "down": 3.0}]
+    md = kc.markdown("r10", {"federated": {"aggregate": kc.aggregate([got]), "runs": [got], "commands": []}}, PAPER,
+                     [0])
+    assert "- federated: round 1 30 / 3, round 2 7 / 3" in md
