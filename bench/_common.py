@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -25,3 +28,13 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
     return path
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95 % t-interval over seeds (0 for one value)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size < 2:
+        return float(arr.mean()), 0.0
+    from scipy.stats import t
+
+    return float(arr.mean()), float(t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import sys
@@ -28,9 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench._common import RESULTS, write_result
+from bench._common import RESULTS, mean_ci, write_result
 from fednsl.config import load_config
 from fednsl.pipeline import train
 
@@ -45,15 +42,6 @@ R10_SETTINGS = {  # name -> extra overrides (the centralised run reads the ten c
 }
 
 
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (0 for one value)."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size < 2:
-        return float(arr.mean()), 0.0
-    from scipy.stats import t
-
-    return float(arr.mean()), float(t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size))
-
 
 def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
     """Final metrics, wall time and the MRR-after-each-round curve of a finished run directory."""
@@ -65,16 +53,15 @@ def collect(run_dir: Path, wall: float | None = None) -> dict[str, Any]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     curve, ends, elapsed = [], {}, 0.0
     sent: dict[int, dict[str, float]] = {}  # round -> bytes up / down, summed over its stages (evaluation included)
-    for row in rows:
-        if row["scope"] == "server":
-            for way in ("up", "down"):
-                key = f"{row['stage']}.bytes_{way}"
-                if key in row:
-                    sent.setdefault(row["round"], {"up": 0.0, "down": 0.0})[way] += float(row[key])
-        if row["scope"] == "server" and row["stage"] == "round":
+    for row in (r for r in rows if r["scope"] == "server"):
+        for way in ("up", "down"):
+            key = f"{row['stage']}.bytes_{way}"
+            if key in row:
+                sent.setdefault(row["round"], {"up": 0.0, "down": 0.0})[way] += float(row[key])
+        if row["stage"] == "round":
             elapsed += float(row.get("round_time_s", 0.0))
             ends[row["round"]] = elapsed
-        if row["scope"] == "server" and row["stage"] == "evaluate" and "test_mrr" in row:
+        if row["stage"] == "evaluate" and "test_mrr" in row:
             curve.append({"round": row["round"], "mrr": row["test_mrr"], "round_end_s": None})
     for point in curve:
         point["round_end_s"] = ends.get(point["round"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench._common import RESULTS, write_result
+from bench._common import RESULTS, mean_ci, write_result
 from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
 from kg.triples import KnowledgeGraph
@@ -39,15 +38,6 @@ METRICS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
 def shared_data_dir() -> Path:
     return Path(os.environ.get("FEDNSL_SHARED_DATA", REPO.parent / "shared" / "data"))
 
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % t-interval (0 for one value)."""
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size < 2:
-        return float(arr.mean()), 0.0
-    from scipy.stats import t
-
-    return float(arr.mean()), float(t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size))
 
 
 def inverse_augmented(triples: np.ndarray, num_relations: int) -> np.ndarray:

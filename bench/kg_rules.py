@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ import torch
 from bench._common import RESULTS, write_result
 from bench.kg_completion import CONFIGS, paper_rows
 from fednsl.config import load_config, parse_override
+from fednsl.pipeline import peak_rss_mb
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
@@ -129,7 +129,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "fit_s": t2 - t1,
         "eval_s": t3 - t2,
         "total_s": t3 - t0,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
         "load_avg_1min": os.getloadavg()[0],
         "heads": heads,
         "valid_mrr_mean_over_heads": float(np.mean([h.get("best_valid_mrr", 0.0) for h in log["heads"].values()])),
