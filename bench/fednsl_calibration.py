@@ -26,6 +26,7 @@ Results: bench/results/fednsl_calibration.{json,md}.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -46,11 +47,30 @@ from fednsl.methods.fednsl.data import _subset, client_id, golden_rules, load_fe
 from fednsl.methods.fednsl.evaluation import best_threshold, f1_from_counts
 from fednsl.registry import build_kwargs
 from kg.backbones import ClientDocs, build_backbone
-from kg.backbones.calibration import RelationCalibrator, expected_calibration_error, fit_relation_calibrator
+from kg.backbones.calibration import (
+    RelationCalibrator,
+    expected_calibration_error,
+    fit_relation_calibrator,
+    shared_platt,
+)
 from kg.split import split_clients
 from rules.mining import mine_cooccurrence
 
-METHODS = ("none", "sigmoid", "isotonic")
+FITTED = ("none", "sigmoid", "isotonic")
+#: ``sigmoid-federated``: the sigmoid maps after the ``calibrate`` round of ``calibration_sharing: federated`` (each
+#: client adopts the positives-weighted mean Platt map for the relations it has no hold-out positives of).
+METHODS = (*FITTED, "sigmoid-federated")
+
+
+def federate(cals: list[RelationCalibrator]) -> list[RelationCalibrator]:
+    """Copies of the clients' sigmoid calibrators after the federated calibration round (the backbone's
+    ``_share_calibration``: :func:`shared_platt` over every client's own maps, then ``adopt_shared``)."""
+    arrays = [c.platt_arrays() for c in cals]
+    platt, has = shared_platt([a["platt"] for a in arrays], [a["positives"] for a in arrays])
+    out = [copy.deepcopy(c) for c in cals]
+    for c in out:
+        c.adopt_shared(platt, has)
+    return out
 
 
 def f1_at(p: np.ndarray, y: np.ndarray, theta: float) -> float:
@@ -140,6 +160,7 @@ def run_one(config: str, overrides: list[str], split_seed: int, pos_weight: str,
     test_p: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
     hold_p: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
     clients: dict[str, Any] = {}
+    cells, cals, fold_cals = [], [], []
     for c, part in zip(cdocs, parts):
         zh, yh = bb.calibration_cells(c)
         zs, ys = bb.cells(c.test, part.seen)
@@ -149,15 +170,23 @@ def run_one(config: str, overrides: list[str], split_seed: int, pos_weight: str,
         folds = [c.holdout[0::2], c.holdout[1::2]]
         fold_cells = [bb.cells(f, part.seen) for f in folds]
         hold_y += [fc[1] for fc in fold_cells]
+        cells.append((zh, yh, zs, ys, zu, yu, fold_cells))
+        cals.append({m: fit(zh, yh, m, min_pos, f"bench client {c.cid}", names) for m in FITTED})
+        fold_cals.append({m: [fit(*fold_cells[1 - k], m, min_pos, f"bench fold {k} client {c.cid}", names)
+                              for k in range(2)] for m in FITTED})
+    for client_cals, shared in zip(cals, federate([x["sigmoid"] for x in cals])):
+        client_cals["sigmoid-federated"] = shared
+    for k in range(2):
+        for fc, shared in zip(fold_cals, federate([x["sigmoid"][k] for x in fold_cals])):
+            fc.setdefault("sigmoid-federated", []).append(shared)
+    for c, part, (zh, yh, zs, ys, zu, yu, fold_cells), cal_c, fold_c in zip(cdocs, parts, cells, cals, fold_cals):
         row: dict[str, Any] = {"combo": part.seen.name, "unseen": part.unseen.name,
                                "holdout_docs": len(c.holdout), "holdout_pos": int(yh.sum()),
                                "unseen_test_gold": int(yu.sum())}
         for m in METHODS:
             for k in range(2):
-                zf, yf = fold_cells[1 - k]
-                cal_k = fit(zf, yf, m, min_pos, f"bench fold {k} client {c.cid}", names)
-                hold_p[m].append(cal_k.predict(fold_cells[k][0]))
-            cal = fit(zh, yh, m, min_pos, f"bench client {c.cid}", names)
+                hold_p[m].append(fold_c[m][k].predict(fold_cells[k][0]))
+            cal = cal_c[m]
             ps, pu, ph = cal.predict(zs), cal.predict(zu), cal.predict(zh)
             test_p[m] += [ps, pu]
             own = best_threshold(ph.ravel(), yh.ravel(), int(yh.sum()))
@@ -165,7 +194,7 @@ def run_one(config: str, overrides: list[str], split_seed: int, pos_weight: str,
             row[m] = {"own_threshold": own, "oracle_threshold": oracle,
                       "unseen_f1_own": f1_at(pu, yu, own), "unseen_f1_oracle": f1_at(pu, yu, oracle),
                       "unseen_f1_at_0.5": f1_at(pu, yu, 0.5), "seen_f1_own": f1_at(ps, ys, own),
-                      "own_maps": cal.summary()["own_maps"],
+                      "own_maps": cal.summary()["own_maps"], "shared_maps": cal.summary()["shared_maps"],
                       "mining": mining(c, part, bb, cal, method.mining_threshold, gold, R)}
         clients[c.cid] = row
     Y, YH = np.concatenate(test_y), np.concatenate(hold_y)
@@ -187,6 +216,7 @@ def seeds(rs: list[dict[str, Any]]) -> str:
 
 
 def render(runs: list[dict[str, Any]], command: str) -> str:
+    methods = [m for m in METHODS if all(m in r["test"] for r in runs)]
     lines = [
         "# FedNSL backbone calibration (DWIE)", "", f"Command: `{command}`", "",
         f"Split seeds: {sorted({r['split_seed'] for r in runs})}; mean ± std over the seeds listed in each row. "
@@ -199,7 +229,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
     losses = sorted({r["pos_weight"] for r in runs}, key=lambda s: ("none", "sqrt", "balanced").index(s))
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
-        for m in METHODS:
+        for m in methods:
             h = [r["holdout_crossfit"][m] for r in rs]
             lines.append(f"| {pw} | {seeds(rs)} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
                          ("micro_auc_pr", "macro_auc_pr", "micro_ece", "macro_ece", "brier")) + " |")
@@ -209,7 +239,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
-        for m in METHODS:
+        for m in methods:
             h = [r["test"][m] for r in rs]
             lines.append(f"| {pw} | {seeds(rs)} | {m} | " + " | ".join(_mean([x[k] for x in h]) for k in
                          ("micro_auc_pr", "macro_auc_pr", "micro_ece", "macro_ece", "brier", "gold_median",
@@ -219,7 +249,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
-        for m in METHODS:
+        for m in methods:
             def cm(key: str, rs=rs, m=m) -> list[float]:
                 return [float(np.mean([c[m][key] for c in r["clients"].values()])) for r in rs]
             own, orc = cm("unseen_f1_own"), cm("unseen_f1_oracle")
@@ -233,7 +263,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
     first = min(r["split_seed"] for r in runs)
     for pw in losses:
         r = next(x for x in runs if x["pos_weight"] == pw and x["split_seed"] == first)
-        for m in METHODS:
+        for m in methods:
             for cid, c in r["clients"].items():
                 g = c[m]["mining"]
                 lines.append(f"| {pw} | {m} | {cid} ({c['combo']}) | {g['cross_combo_edges']} | {g['bodies_len2']} | "
@@ -243,14 +273,14 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
               "|---|---|---|---|---|---|---|"]
     for pw in losses:
         rs = [r for r in runs if r["pos_weight"] == pw]
-        for m in METHODS:
+        for m in methods:
             def tot(key: str, rs=rs, m=m) -> str:
                 return _mean([sum(c[m]["mining"][key] for c in r["clients"].values()) for r in rs])
             lines.append(f"| {pw} | {seeds(rs)} | {m} | {tot('cross_combo_edges')} | {tot('bodies_len2')} | "
                          f"{tot('golden_found')} | {tot('golden_len2_found')} |")
     lines += ["", "## Per relation (first split seed; relations with ≥ 20 test positives): AUC-PR / ECE", "",
-              "| relation | test pos | " + " | ".join(f"{pw}/{m}" for pw in losses for m in METHODS) + " |",
-              "|---|---|" + "---|" * (len(losses) * len(METHODS))]
+              "| relation | test pos | " + " | ".join(f"{pw}/{m}" for pw in losses for m in methods) + " |",
+              "|---|---|" + "---|" * (len(losses) * len(methods))]
     r0 = {pw: next(x for x in runs if x["pos_weight"] == pw and x["split_seed"] == first) for pw in losses}
     base = r0[losses[0]]["test"]["none"]["per_relation"]
     names = r0[losses[0]]["relation_names"]
@@ -259,7 +289,7 @@ def render(runs: list[dict[str, Any]], command: str) -> str:
             continue
         cells = []
         for pw in losses:
-            for m in METHODS:
+            for m in methods:
                 v = r0[pw]["test"][m]["per_relation"][rel]
                 cells.append(f"{v['auc_pr']:.2f} / {v['ece']:.4f}")
         lines.append(f"| {names[int(rel)]} | {base[rel]['pos']} | " + " | ".join(cells) + " |")

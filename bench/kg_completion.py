@@ -6,13 +6,16 @@
     python -m bench.kg_completion --dataset fb15k237 --seeds 0       # one seed (2-core budget; stated in the table)
     python -m bench.kg_completion --dataset wn18rr --seeds 0
     python -m bench.kg_completion --dataset synthetic --seeds 0 1 2 --set rounds=2
+    python -m bench.kg_completion --dataset kinship --embedding RotatE    # + a pykeen model in the same table
 
 Each seed runs the dataset's config (``configs/fednsl_kg_<dataset>.yaml``, overridable with ``--set``) end to end
 through :func:`fednsl.pipeline.train` and reads the final filtered test metrics from summary.json (ties by
 expectation, head + tail queries, train ∪ valid ∪ test filter), the wall time of the run, and MRR after each
 round against the cumulative wall time (the MRR-vs-time curve to set beside AnyBURL's points in the issue).
 Numbers are mean ± 95% t-interval over seeds. The published figures come from the config's ``paper:`` block
-(specs/kg_completion.md). Writes bench/results/kg_completion_<dataset>.json and .md.
+(specs/kg_completion.md). ``--embedding MODEL`` trains a pykeen model (:mod:`bench.kg_embedding`, the optional
+``kg`` extra) on the same KG for each seed in the same invocation, scores it with the same evaluator and puts its
+row in the same table. Writes bench/results/kg_completion_<dataset>.json and .md.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import RESULTS, mean_ci, write_result
+from fednsl.common.torch_utils import torch_threads
 from fednsl.config import load_config
 from fednsl.pipeline import train
+from kg.kg_sources import load_kg
 
 CONFIGS = {"synthetic": "configs/fednsl_kg_synthetic.yaml", "kinship": "configs/fednsl_kg_kinship.yaml",
            "umls": "configs/fednsl_kg_umls.yaml", "fb15k237": "configs/fednsl_kg_fb15k237.yaml",
@@ -133,7 +138,8 @@ def table(settings: dict[str, dict[str, Any]], paper: dict[str, Any]) -> list[st
              "|---|---|---|---|---|---|---|---|---|"]
     for name, s in settings.items():
         a = s["aggregate"]
-        lines.append(f"| **fednsl-kg {name}** | {fmt(a['test_mrr'])} | {fmt(a['test_hits@1'])} | "
+        label = s.get("label", f"**fednsl-kg {name}**")
+        lines.append(f"| {label} | {fmt(a['test_mrr'])} | {fmt(a['test_hits@1'])} | "
                      f"{fmt(a['test_hits@3'])} | {fmt(a['test_hits@10'])} | {fmt(a['test_mr'], 1)} | "
                      f"{fmt(a.get('test_mrr_pessimistic'))} | {fmt(a['wall_s'], 0)} | {fmt(a.get('peak_rss_mb'), 0)} |")
     return lines + paper_rows(paper)
@@ -143,12 +149,16 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
              collected: bool = False) -> str:
     load = ("collected from finished runs (--from-runs), so the load during them is not recorded" if collected
             else f"load average {os.getloadavg()[0]:.1f} when the last run ended")
-    lines = [f"# fednsl-kg on {dataset}: filtered link prediction (rule-only)", "",
+    beside = "".join(f", beside {s['label'].removesuffix(' (this run)')}" for s in settings.values()
+                     if s.get("kind") == "embedding")
+    lines = [f"# fednsl-kg on {dataset}: filtered link prediction (rule-only{beside})", "",
              f"Seeds {seeds}; mean ± 95% t-interval" + (" (one seed: no interval)" if len(seeds) < 2 else "") +
              "; filtered ranking against train ∪ valid ∪ test, head and tail queries, ties by expectation "
              f"(RNNLogic); machine: 2 CPU cores, {load} (other sessions' jobs inflate wall times). Published "
              "figures: the config's `paper:` block, each figure commented with its source as checked "
              "(docs/methods/fednsl-kg.md).", "", *table(settings, paper), "", COLUMNS]
+    lines += [f"*{s['label']}*: {s['describe']}; our evaluator, the same filter and queries as the fednsl-kg rows."
+              for s in settings.values() if s.get("kind") == "embedding"]
     if dataset == "r10":
         lines += ["", ("Why federated ≈ local-only here: FedLU's R10 split gives each client disjoint relations, and a "
                   "client grounds rules on its own facts only, so every body it can use is made of its own relations; "
@@ -161,17 +171,22 @@ def markdown(dataset: str, settings: dict[str, dict[str, Any]], paper: dict[str,
     lines += ["", "MRR after each round against cumulative wall time (first seed):", "",
               "| setting | round | wall time (s) | MRR |", "|---|---|---|---|"]
     for name, s in settings.items():
-        for p in s["runs"][0]["curve"]:
+        for p in s["runs"][0]["curve"] if s.get("kind") != "embedding" else ():
             lines.append(f"| {name} | {p['round']} | {p['round_end_s']:.0f} | {p['mrr']:.3f} |")
+    for name, s in settings.items():
+        if s.get("kind") == "embedding":
+            curve = s["runs"][0]["curve"]
+            lines += ["", f"{name}, valid MRR against training time (first seed): " +
+                      ", ".join(f"epoch {p['epoch']} {p['train_s']:.0f} s {p['valid_mrr']:.3f}" for p in curve)]
     sent = {name: s["runs"][0].get("bytes_per_round") for name, s in settings.items()}
     if any(sent.values()):
         lines += ["", "Bytes sent per round, all clients together, client → server / server → clients (first seed):", ""]
         lines += [f"- {name}: " + ", ".join(f"round {i} {b['up']:,.0f} / {b['down']:,.0f}" for i, b in enumerate(per, 1))
                   for name, per in sent.items() if per]
-    if any(len(s["runs"][0]["clients"]) > 1 for s in settings.values()):
+    if any(len(s["runs"][0].get("clients", {})) > 1 for s in settings.values()):
         lines += ["", "Per-client test MRR (first seed):", ""]
         for name, s in settings.items():
-            per = s["runs"][0]["clients"]
+            per = s["runs"][0].get("clients", {})
             if len(per) > 1:
                 lines.append(f"- {name}: " + ", ".join(f"{c} {v['test_mrr']:.3f}" for c, v in sorted(per.items())))
     return "\n".join(lines) + "\n"
@@ -191,6 +206,24 @@ def render(dataset: str) -> None:
     print(f"wrote {md}")
 
 
+def embedding_setting(config: str, overrides: list[str], seeds: list[int], model: str, budget_s: float,
+                      max_epochs: int, eval_every: int, threads: int, invocation: str) -> dict[str, Any]:
+    """Train and score a pykeen ``model`` on the config's KG (``data.source``) for each seed: one table setting."""
+    from bench.kg_embedding import EmbeddingSettings, require_pykeen, train_and_score
+
+    require_pykeen("bench.kg_completion --embedding")
+    es = EmbeddingSettings(model=model, budget_s=budget_s, max_epochs=max_epochs, eval_every=eval_every)
+    kg = load_kg(load_config(config, overrides).data["source"])
+    runs = []
+    for seed in seeds:
+        with torch_threads(threads):
+            runs.append(train_and_score(kg, es, seed))
+        r = runs[-1]
+        print(f"pykeen {model} seed {seed}: MRR {r['test_mrr']:.4f} ({r['wall_s']:.0f}s)", flush=True)
+    return {"aggregate": aggregate(runs), "runs": runs, "commands": [invocation], "kind": "embedding",
+            "label": f"pykeen {model} (this run)", "describe": f"{es.describe()}, torch threads {threads}"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", choices=sorted(CONFIGS), required=True)
@@ -202,6 +235,12 @@ def main() -> None:
                     help="Do not train: collect the finished runs <out>/<setting>-seed<S> (e.g. after a timeout).")
     ap.add_argument("--render", action="store_true",
                     help="Do not train: rewrite bench/results/kg_completion_<dataset>.md from its .json.")
+    ap.add_argument("--embedding", metavar="MODEL", default=None,
+                    help="Also train this pykeen model (RotatE, ComplEx, ...) per seed and add its row (needs pykeen).")
+    ap.add_argument("--embedding-budget-s", type=float, default=400.0, help="training seconds per embedding run")
+    ap.add_argument("--embedding-epochs", type=int, default=50, help="at most this many epochs per embedding run")
+    ap.add_argument("--embedding-eval-every", type=int, default=10, help="valid MRR every this many epochs")
+    ap.add_argument("--embedding-threads", type=int, default=2, help="torch threads of the embedding runs")
     args = ap.parse_args()
     if args.render:
         render(args.dataset)
@@ -213,6 +252,8 @@ def main() -> None:
         wanted = {k: v for k, v in wanted.items() if k in args.settings}
     if args.from_runs and args.out is None:
         ap.error("--from-runs needs --out")
+    if args.embedding and args.dataset == "r10":
+        ap.error("--embedding needs one KG; r10 is ten clients' KGs")
     root = args.out or Path(tempfile.mkdtemp(prefix=f"kg_{args.dataset}_"))
     settings: dict[str, dict[str, Any]] = {}
     for name, extra in wanted.items():
@@ -233,6 +274,11 @@ def main() -> None:
                   f"H@10 {r['test_hits@10']:.4f} ({r['wall_s']:.0f}s)", flush=True)
         if runs:
             settings[name] = {"aggregate": aggregate(runs), "runs": runs, "commands": commands}
+    if args.embedding:
+        invocation = "python -m bench.kg_completion " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        settings[f"pykeen {args.embedding}"] = embedding_setting(
+            config, args.overrides, args.seeds, args.embedding, args.embedding_budget_s, args.embedding_epochs,
+            args.embedding_eval_every, args.embedding_threads, invocation)
     payload = {"dataset": args.dataset, "config": config, "seeds": args.seeds, "overrides": args.overrides,
                "settings": settings, "paper": paper}
     path = write_result(f"kg_completion_{args.dataset}", payload)

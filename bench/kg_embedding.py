@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,33 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("FEDNSL_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """One pykeen model's training settings (the defaults are this script's; ``bench.kg_completion --embedding``
+    uses them too)."""
+
+    model: str = "RotatE"
+    loss: str = "CrossEntropyLoss"
+    dim: int = 200
+    lr: float = 0.01
+    batch_size: int = 256
+    label_smoothing: float = 0.1
+    max_epochs: int = 200
+    eval_every: int = 20
+    budget_s: float = 120.0
+
+    def describe(self) -> str:
+        return (f"pykeen {self.model}, dim {self.dim}, LCWA (1-N, loss {self.loss}), Adam lr {self.lr}, batch "
+                f"{self.batch_size}, label smoothing {self.label_smoothing}, at most {self.max_epochs} epochs and "
+                f"{self.budget_s:.0f} s of training per run, best of valid MRR every {self.eval_every} epochs")
+
+
+def require_pykeen(who: str) -> None:
+    try:
+        import pykeen  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"{who}: pykeen is not installed (the optional 'kg' extra: pip install fednsl[kg])") from None
+
 
 def inverse_augmented(triples: np.ndarray, num_relations: int) -> np.ndarray:
     """(n, 3) -> (2n, 3): every (h, r, t) plus (t, r + R, h), the id layout of kg.linkpred's head queries."""
@@ -57,7 +85,7 @@ def make_scorer(model: Any) -> Any:
     return score
 
 
-def train_and_score(kg: KnowledgeGraph, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+def train_and_score(kg: KnowledgeGraph, args: EmbeddingSettings, seed: int) -> dict[str, Any]:
     """Train one pykeen model under the time budget; best-on-valid checkpoint; our filtered test metrics."""
     from pykeen.models import model_resolver
     from pykeen.training import LCWATrainingLoop
@@ -87,16 +115,15 @@ def train_and_score(kg: KnowledgeGraph, args: argparse.Namespace, seed: int) -> 
     model.load_state_dict(best[2])
     test = evaluate_link_prediction(score, kg, "test").compute()
     return {"seed": seed, "epochs": epochs, "best_epoch": best[1], "best_valid_mrr": best[0], "train_s": train_s,
-            "wall_s": time.perf_counter() - t0, "curve": curve, **{f"test_{k}": v for k, v in test.items()}}
+            "wall_s": time.perf_counter() - t0, "curve": curve, "settings": asdict(args),
+            **{f"test_{k}": v for k, v in test.items()}}
 
 
 def markdown(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, command: str) -> str:
     lines = [f"# pykeen {args.model} scored by kg.linkpred (filtered, ties by expectation, head + tail queries)", "",
              f"Command: `{command}`", "",
-             f"Settings: dim {args.dim}, LCWA (1-N, loss {args.loss}), Adam lr {args.lr}, batch {args.batch_size}, label "
-             f"smoothing {args.label_smoothing}, at most {args.max_epochs} epochs and {args.budget_s:.0f} s of training "
-             f"per run, best of valid MRR every {args.eval_every} epochs; torch threads {args.threads}; mean ± 95 % "
-             f"t-interval over seeds {args.seeds}.", "",
+             f"Settings: {settings_of(args).describe()}; torch threads {args.threads}; mean ± 95 % t-interval over "
+             f"seeds {args.seeds}.", "",
              "| dataset | MRR | Hits@1 | Hits@10 | MR | epochs | wall time (s) |", "|---|---|---|---|---|---|---|"]
     for name, runs in results.items():
         cells = []
@@ -109,33 +136,36 @@ def markdown(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace,
     return "\n".join(lines) + "\n"
 
 
+def settings_of(args: argparse.Namespace) -> EmbeddingSettings:
+    return EmbeddingSettings(model=args.model, loss=args.loss, dim=args.dim, lr=args.lr, batch_size=args.batch_size,
+                             label_smoothing=args.label_smoothing, max_epochs=args.max_epochs,
+                             eval_every=args.eval_every, budget_s=args.budget_s)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=["kinship_rnnlogic", "umls_rnnlogic"],
                     help="folders under ../shared/data/kg, or pykeen:NAME / synthetic sources")
-    ap.add_argument("--model", default="RotatE", help="a pykeen model name (RotatE, ComplEx, ...)")
-    ap.add_argument("--loss", default="CrossEntropyLoss", help="a pykeen loss name (softmax cross-entropy by default)")
-    ap.add_argument("--dim", type=int, default=200)
-    ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--label-smoothing", type=float, default=0.1)
-    ap.add_argument("--max-epochs", type=int, default=200)
-    ap.add_argument("--eval-every", type=int, default=20)
-    ap.add_argument("--budget-s", type=float, default=120.0, help="training seconds per run (checked between evals)")
+    ap.add_argument("--model", default=EmbeddingSettings.model, help="a pykeen model name (RotatE, ComplEx, ...)")
+    ap.add_argument("--loss", default=EmbeddingSettings.loss, help="a pykeen loss name (softmax cross-entropy by default)")
+    ap.add_argument("--dim", type=int, default=EmbeddingSettings.dim)
+    ap.add_argument("--lr", type=float, default=EmbeddingSettings.lr)
+    ap.add_argument("--batch-size", type=int, default=EmbeddingSettings.batch_size)
+    ap.add_argument("--label-smoothing", type=float, default=EmbeddingSettings.label_smoothing)
+    ap.add_argument("--max-epochs", type=int, default=EmbeddingSettings.max_epochs)
+    ap.add_argument("--eval-every", type=int, default=EmbeddingSettings.eval_every)
+    ap.add_argument("--budget-s", type=float, default=EmbeddingSettings.budget_s, help="training seconds per run (checked between evals)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="kg_embedding")
     args = ap.parse_args()
-    try:
-        import pykeen  # noqa: F401
-    except ImportError:
-        raise SystemExit("bench.kg_embedding: pykeen is not installed (the optional 'kg' extra: pip install fednsl[kg])")
+    require_pykeen("bench.kg_embedding")
     torch.set_num_threads(args.threads)
     results: dict[str, list[dict[str, Any]]] = {}
     for name in args.datasets:
         kg = load_kg(name if ":" in name or name == "synthetic" else shared_data_dir() / "kg" / name)
         for seed in args.seeds:
-            res = train_and_score(kg, args, seed)
+            res = train_and_score(kg, settings_of(args), seed)
             results.setdefault(name, []).append(res)
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items() if k != "curve"}),
                   flush=True)

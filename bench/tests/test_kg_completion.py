@@ -62,3 +62,23 @@ def test_collect_sums_the_bytes_of_each_rounds_stages(tmp_path: Path) -> None:
     md = kc.markdown("r10", {"federated": {"aggregate": kc.aggregate([got]), "runs": [got], "commands": []}}, PAPER,
                      [0])
     assert "- federated: round 1 30 / 3, round 2 7 / 3" in md
+
+
+def test_embedding_rows_share_the_table_and_the_report() -> None:
+    """--embedding: a pykeen model trained on the config's KG, scored by our evaluator, in the same table."""
+    pytest.importorskip("pykeen")
+    emb = kc.embedding_setting("configs/fednsl_kg_synthetic.yaml", [], [0, 1], "DistMult", budget_s=30.0,
+                               max_epochs=2, eval_every=1, threads=1, invocation="python -m bench.kg_completion x")
+    assert [r["seed"] for r in emb["runs"]] == [0, 1] and all(r["epochs"] == 2 for r in emb["runs"])
+    assert 0.0 < emb["aggregate"]["test_mrr"]["mean"] <= 1.0 and "peak_rss_mb" not in emb["aggregate"]
+    settings = {"centralised": {"aggregate": kc.aggregate([run(0.3, 100.0), run(0.5, 300.0)]), "commands": ["c"],
+                                "runs": [{**run(0.3, 100.0), "curve": [{"round": 1, "round_end_s": 2.0, "mrr": 0.3}]}]},
+                "pykeen DistMult": emb}
+    rows = kc.table(settings, PAPER)
+    assert len({row.count("|") for row in rows}) == 1
+    assert rows[3].startswith("| pykeen DistMult (this run) | ") and rows[3].endswith("| – |")  # no peak memory
+    md = kc.markdown("synthetic", settings, PAPER, [0, 1])
+    assert md.startswith("# fednsl-kg on synthetic: filtered link prediction (rule-only, beside pykeen DistMult)")
+    assert "*pykeen DistMult (this run)*: pykeen DistMult, dim 200" in md
+    assert "pykeen DistMult, valid MRR against training time (first seed): epoch 1 " in md
+    assert "| centralised | 1 | 2 | 0.300 |" in md and "- pykeen DistMult: `python -m bench.kg_completion x`" in md
