@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from kg.triples import SPLITS, KnowledgeGraph, TriplesError, read_splits
+from kg.triples import SPLITS, KnowledgeGraph, TriplesError, find_types_file, read_entity_types, read_splits
 
 __all__ = ["client_relations", "partition_kg", "read_federated_kg", "union_kg"]
 
@@ -91,7 +91,8 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
     """FedLU's layout ``folder/clientK/{train,valid,test}.txt[.gz]`` -> one KG per client, ordered by K.
 
     One vocabulary for all clients: ids by first appearance over client0's train, valid, test, then client1's,
-    and so on; every client's KG carries the full vocabularies.
+    and so on; every client's KG carries the full vocabularies, and the entity types of ``folder/entity_types``
+    when that file exists (:func:`kg.triples.read_entity_types`).
     """
     folder = Path(folder)
     clients = []
@@ -115,6 +116,8 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
     relations: dict[str, int] = {}
     arrays = [read_splits(sub, entities, relations) for _, sub in clients]
     ents, rels = tuple(entities), tuple(relations)
+    types_file = find_types_file(folder)
+    types, type_names, skipped = read_entity_types(types_file, entities) if types_file else (None, (), 0)
     return [
         KnowledgeGraph(
             name=f"{folder.name}/client{k}",
@@ -123,6 +126,9 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
             train=arr["train"],
             valid=arr["valid"],
             test=arr["test"],
+            entity_types=types,
+            type_names=type_names,
+            types_skipped=skipped,
         )
         for (k, _), arr in zip(clients, arrays)
     ]

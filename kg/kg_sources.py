@@ -1,5 +1,6 @@
 """Where a knowledge graph comes from: a triples folder, a federated ``clientK/`` folder (read as its union),
-``pykeen:<name>`` (the files shipped in the pykeen wheel) or ``synthetic[:<seed>]`` (the planted-rule KG).
+``pykeen:<name>`` (the files shipped in the pykeen wheel), ``synthetic[:<seed>]`` (the planted-rule KG) or
+``documents:<corpus>`` (a document corpus's facts as one typed KG, :mod:`kg.documents_kg`, split with seed 0).
 
 Kept apart from :mod:`kg.triples` (the reader) so that the reader, the partitions and the planted-rule generator
 do not import each other.
@@ -17,8 +18,15 @@ __all__ = ["load_kg"]
 
 
 def load_kg(source: str | Path) -> KnowledgeGraph:
-    """Load a KG from a triples folder, ``pykeen:<name>`` or ``synthetic[:<seed>]`` (see the module doc)."""
+    """Load a KG from a triples folder, ``pykeen:<name>``, ``synthetic[:<seed>]`` or ``documents:<corpus>``
+    (see the module doc)."""
     text = str(source)
+    if text.startswith("documents:"):
+        from kg.documents_kg import corpus_to_kg
+        from kg.io import load_corpus
+
+        corpus = load_corpus(text.removeprefix("documents:"))
+        return corpus_to_kg(corpus, seed=0).replace(name=f"{corpus.name or 'documents'}-kg")
     if text.startswith("pykeen:"):
         name = text.split(":", 1)[1]
         return read_triples_folder(pykeen_dataset_dir(name), name=f"pykeen:{name.lower()}")

@@ -11,6 +11,13 @@ Sources :func:`load_kg` accepts:
 - a federated folder ``clientK/{train,valid,test}...`` (FedLU's layout): the union of the clients' splits
   (the centralised KG; :func:`kg.kg_partition.read_federated_kg` gives the clients).
 
+Entity types (optional). A triples folder may hold ``entity_types`` (``.txt``/``.tsv``, plain or ``.gz``): one
+``entity<TAB>type`` a line, one type per entity. Type ids follow first appearance in that file; entities of the
+KG the file does not list get the type ``untyped`` (added last, only when some entity lacks a line); lines naming
+an entity the triples never mention are skipped (their count is :attr:`KnowledgeGraph.types_skipped`). A wrong
+column count, an empty name or a second, different type for one entity raises :class:`TriplesError` naming the
+file and the line. fednsl-kg then keys its rule heads by (relation, domain type, range type).
+
 Ids. Entities and relations get ids in the order of their first appearance when reading train, then
 valid, then test, each file top to bottom, a triple's head before its tail. The same files therefore
 always give the same ids, and the entity count is taken over all three splits. Relation ids are
@@ -39,11 +46,14 @@ from kg.documents import DataError
 __all__ = [
     "PYKEEN_DATASETS",
     "SPLITS",
+    "UNTYPED",
     "KnowledgeGraph",
     "TriplesError",
     "find_split_files",
+    "find_types_file",
     "is_kg_source",
     "pykeen_dataset_dir",
+    "read_entity_types",
     "read_splits",
     "read_triples_folder",
     "top_relations",
@@ -53,6 +63,8 @@ __all__ = [
 SPLITS = ("train", "valid", "test")
 PYKEEN_DATASETS = ("nations", "kinships", "umls")
 _SUFFIXES = (".txt", ".tsv", ".txt.gz", ".tsv.gz")
+TYPES_FILE = "entity_types"
+UNTYPED = "untyped"
 
 
 class TriplesError(DataError):
@@ -68,7 +80,8 @@ class KnowledgeGraph:
     """A KG with its three splits as id arrays; vocabularies map ids to names.
 
     ``train``/``valid``/``test``: int64 arrays of shape (n, 3), columns (head, relation, tail), relation ids
-    in ``0..R-1``. ``entity_types``: (E,) int64 type ids or None (then every entity has type 0).
+    in ``0..R-1``. ``entity_types``: (E,) int64 ids into ``type_names``, or None (then every entity has type 0).
+    ``types_skipped``: lines of the types file that named an entity absent from the triples.
     """
 
     name: str
@@ -79,6 +92,7 @@ class KnowledgeGraph:
     test: np.ndarray
     entity_types: np.ndarray | None = None
     type_names: tuple[str, ...] = ()
+    types_skipped: int = 0
 
     def __post_init__(self) -> None:
         for split in SPLITS:
@@ -98,7 +112,21 @@ class KnowledgeGraph:
             types = np.asarray(self.entity_types, dtype=np.int64)
             if types.shape != (len(self.entities),):
                 raise ValueError(f"{self.name}: entity_types has shape {types.shape}, expected ({len(self.entities)},)")
+            if len(types) and (types.min() < 0 or types.max() >= len(self.type_names)):
+                raise ValueError(f"{self.name}: entity_types holds ids outside 0..{len(self.type_names) - 1}")
             object.__setattr__(self, "entity_types", types)
+            object.__setattr__(self, "type_names", tuple(self.type_names))
+
+    @property
+    def num_types(self) -> int:
+        """T: the number of entity types (1 for an untyped KG)."""
+        return len(self.type_names) if self.entity_types is not None else 1
+
+    def types_of(self) -> np.ndarray:
+        """(E,) type ids: ``entity_types``, or all 0 for an untyped KG."""
+        if self.entity_types is None:
+            return np.zeros(self.num_entities, dtype=np.int64)
+        return self.entity_types
 
     @property
     def num_entities(self) -> int:
@@ -141,7 +169,17 @@ class KnowledgeGraph:
         """A copy with some fields changed (vocabularies kept unless given)."""
         fields = {
             k: getattr(self, k)
-            for k in ("name", "entities", "relations", "train", "valid", "test", "entity_types", "type_names")
+            for k in (
+                "name",
+                "entities",
+                "relations",
+                "train",
+                "valid",
+                "test",
+                "entity_types",
+                "type_names",
+                "types_skipped",
+            )
         }
         fields.update(changes)
         return KnowledgeGraph(**fields)
@@ -240,10 +278,65 @@ def find_split_files(folder: str | Path) -> dict[str, Path]:
     return found
 
 
+def find_types_file(folder: str | Path) -> Path | None:
+    """The folder's ``entity_types`` file (any of the triples suffixes), or None; two of them is an error."""
+    folder = Path(folder)
+    hits = [folder / f"{TYPES_FILE}{suf}" for suf in _SUFFIXES if (folder / f"{TYPES_FILE}{suf}").is_file()]
+    if len(hits) > 1:
+        raise TriplesError(
+            f"{folder}: more than one {TYPES_FILE} file ({', '.join(h.name for h in hits)}); keep one", file=str(folder)
+        )
+    return hits[0] if hits else None
+
+
+def read_entity_types(path: str | Path, entities: dict[str, int]) -> tuple[np.ndarray, tuple[str, ...], int]:
+    """Parse an ``entity<TAB>type`` file against the KG's entity ids: (types (E,), type names, skipped lines).
+
+    Entities without a line get :data:`UNTYPED` (appended to the names when needed)."""
+    path = Path(path)
+    text = _read_text(path)
+    types = np.full(len(entities), -1, dtype=np.int64)
+    names: dict[str, int] = {}
+    first_line = np.zeros(len(entities), dtype=np.int64)
+    skipped = 0
+    for lineno, line in enumerate(text.split("\n"), 1):
+        parts = line.split("\t")
+        if len(parts) != 2:
+            if not line.strip():
+                continue
+            raise TriplesError(
+                f"{path}: line {lineno}: expected 2 tab-separated fields (entity, type), found {len(parts)}: "
+                f"{line[:80]!r}",
+                file=str(path),
+                line=lineno,
+            )
+        ent, typ = parts[0].strip(), parts[1].strip()
+        if not (ent and typ):
+            which = "entity" if not ent else "type"
+            raise TriplesError(f"{path}: line {lineno}: empty {which} name", file=str(path), line=lineno)
+        eid = entities.get(ent)
+        if eid is None:
+            skipped += 1
+            continue
+        tid = names.setdefault(typ, len(names))
+        if types[eid] >= 0 and types[eid] != tid:
+            raise TriplesError(
+                f"{path}: line {lineno}: entity {ent!r} already has type {list(names)[types[eid]]!r} (line "
+                f"{first_line[eid]}); one type per entity",
+                file=str(path),
+                line=lineno,
+            )
+        types[eid], first_line[eid] = tid, lineno
+    missing = types < 0
+    if missing.any():
+        types[missing] = names.setdefault(UNTYPED, len(names))
+    return types, tuple(names), skipped
+
+
 def is_kg_source(source: str | Path) -> bool:
     """Whether ``source`` names a KG :func:`load_kg` reads (pykeen:/synthetic spec, triples or federated folder)."""
     text = str(source)
-    if text.startswith(("pykeen:", "synthetic:")) or text == "synthetic":
+    if text.startswith(("pykeen:", "synthetic:", "documents:")) or text == "synthetic":
         return True
     p = Path(source)
     if not p.is_dir():
@@ -268,11 +361,13 @@ def read_triples_folder(
     """Read a train/valid/test triples folder; ids by first appearance (train, valid, test).
 
     ``entities``/``relations``: name->id maps to extend (for a shared vocabulary across several folders);
-    they are updated in place.
+    they are updated in place. An ``entity_types`` file in the folder gives the entity types (module doc).
     """
     ents = {} if entities is None else entities
     rels = {} if relations is None else relations
     arrays = read_splits(folder, ents, rels)
+    types_file = find_types_file(folder)
+    types, type_names, skipped = read_entity_types(types_file, ents) if types_file else (None, (), 0)
     return KnowledgeGraph(
         name=name or Path(folder).name,
         entities=tuple(ents),
@@ -280,6 +375,9 @@ def read_triples_folder(
         train=arrays["train"],
         valid=arrays["valid"],
         test=arrays["test"],
+        entity_types=types,
+        type_names=type_names,
+        types_skipped=skipped,
     )
 
 
@@ -308,7 +406,8 @@ def pykeen_dataset_dir(name: str) -> Path:
 
 
 def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> list[Path]:
-    """Write ``kg`` as ``folder/{train,valid,test}.txt[.gz]`` (names, tab-separated); returns the files."""
+    """Write ``kg`` as ``folder/{train,valid,test}.txt[.gz]`` (names, tab-separated) and, for a typed KG,
+    ``entity_types.txt[.gz]``; returns the files."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -316,6 +415,13 @@ def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> l
         lines = "".join(f"{kg.entities[h]}\t{kg.relations[r]}\t{kg.entities[t]}\n" for h, r, t in kg.split(split))
         target = folder / f"{split}.txt{'.gz' if gz else ''}"
         data = lines.encode("utf-8")
+        target.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+        written.append(target)
+    if kg.entity_types is not None:
+        order = np.argsort(kg.entity_types, kind="stable")  # types first appear in id order: ids survive a re-read
+        types = kg.entity_types
+        data = "".join(f"{kg.entities[e]}\t{kg.type_names[types[e]]}\n" for e in order.tolist()).encode("utf-8")
+        target = folder / f"{TYPES_FILE}.txt{'.gz' if gz else ''}"
         target.write_bytes(gzip.compress(data, mtime=0) if gz else data)
         written.append(target)
     return written

@@ -78,6 +78,10 @@ def kg_info_dict(source: str, top: int = 15) -> dict[str, Any]:
         "relations_unseen_in_train": int((~train_rels).sum()),
         "top_relations": [{"relation": kg.relations[i], "triples": int(counts[i])} for i in shown],
     }
+    if kg.entity_types is not None:
+        per_type = np.bincount(kg.entity_types, minlength=kg.num_types)
+        out["entity_types"] = {name: int(n) for name, n in zip(kg.type_names, per_type)}
+        out["type_lines_skipped"] = kg.types_skipped
     if clients is not None:
         out["clients"] = [
             {
@@ -109,6 +113,17 @@ def _echo(info: dict[str, Any], top: int) -> None:
         f"entities in train {info['entities_in_train']}; relations missing from train {info['relations_unseen_in_train']}; "
         f"eval triples with an entity unseen in train: valid {unseen['valid']}, test {unseen['test']}"
     )
+    if "entity_types" in info:
+        types = info["entity_types"]
+        e(
+            f"entity types ({len(types)}): "
+            + ", ".join(f"{k} {v}" for k, v in types.items())
+            + (
+                f"; {info['type_lines_skipped']} lines of the types file name no entity of the triples"
+                if info["type_lines_skipped"]
+                else ""
+            )
+        )
     rels = info["top_relations"]
     e(f"relations by triples{'' if len(rels) == info['relations'] else f' (top {top})'}:")
     for r in rels:

@@ -118,3 +118,16 @@ def test_fedlu_r10(shared_data: Path) -> None:
     for p in parts:  # each client splits its triples 80/10/10
         assert len(p.valid) == len(p.test) and abs(len(p.train) / len(p.all_triples()) - 0.8) < 0.01
     assert sum(len(p.all_triples()) for p in parts) == 272115 + 17535 + 20466
+
+
+def test_federated_folder_reads_the_shared_types_file(tmp_path: Path) -> None:
+    for k, (train, test) in enumerate([("a\tr\tb\n", "b\tr\ta\n"), ("c\ts\ta\n", "a\ts\tc\n")]):
+        sub = tmp_path / "fed" / f"client{k}"
+        sub.mkdir(parents=True)
+        for split, text in (("train", train), ("valid", ""), ("test", test)):
+            (sub / f"{split}.txt").write_text(text)
+    (tmp_path / "fed" / "entity_types.txt").write_text("a\tt1\nb\tt2\nc\tt1\n")
+    parts = read_federated_kg(tmp_path / "fed")
+    assert all(p.type_names == ("t1", "t2") for p in parts)
+    np.testing.assert_array_equal(parts[1].entity_types, [0, 1, 0])
+    assert union_kg(parts).type_names == ("t1", "t2")

@@ -173,3 +173,58 @@ def test_pykeen_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
         load_kg("pykeen:nations")
     with pytest.raises(TriplesError, match="unknown dataset"):
         load_kg("pykeen:fb15k")
+
+
+# ------------------------------------------------------------------------------------------------ entity types
+TYPES = "a\tperson\nzz\tperson\nb\tplace\nc\tperson\na\tperson\n"  # zz is in no triple; a twice, same type
+
+
+def test_entity_types_file_gives_types_untyped_and_skipped_lines(tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path / "typed", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, "entity_types.tsv": TYPES}
+    )
+    kg = load_kg(folder)
+    assert kg.entities == ("a", "b", "c", "d", "e")
+    assert kg.type_names == ("person", "place", "untyped") and kg.num_types == 3
+    np.testing.assert_array_equal(kg.entity_types, [0, 1, 0, 2, 2])  # d and e have no line
+    assert kg.types_skipped == 1
+    # partitions keep the types; an untyped KG reports one type
+    assert kg.replace(name="x").type_names == kg.type_names
+    plain = load_kg(_write(tmp_path / "plain", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST}))
+    assert plain.entity_types is None and plain.num_types == 1 and not plain.types_of().any()
+
+
+def test_entity_types_round_trip_keeps_type_ids(tmp_path: Path) -> None:
+    kg = load_kg(_write(tmp_path / "t", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST}))
+    kg = kg.replace(entity_types=np.array([1, 0, 1, 2, 0]), type_names=("x", "y", "z"))
+    for gz in (False, True):
+        write_triples(kg, tmp_path / f"out{gz}", gz=gz)
+        back = load_kg(tmp_path / f"out{gz}")
+        assert back.type_names == kg.type_names and back.types_skipped == 0
+        np.testing.assert_array_equal(back.entity_types, kg.entity_types)
+
+
+@pytest.mark.parametrize(("text", "line", "what"), [
+    ("a\tperson\nb\n", 2, "expected 2 tab-separated fields"),
+    ("a\tperson\tx\n", 1, "found 3"),
+    ("a\t \n", 1, "empty type"),
+    ("\tperson\n", 1, "empty entity"),
+    ("a\tperson\nb\tplace\na\tplace\n", 3, "already has type 'person' (line 1)"),
+])
+def test_bad_type_lines_name_file_and_line(tmp_path: Path, text: str, line: int, what: str) -> None:
+    folder = _write(
+        tmp_path / "bad", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, "entity_types.txt": text}
+    )
+    with pytest.raises(TriplesError) as info:
+        load_kg(folder)
+    msg = str(info.value)
+    assert str(folder / "entity_types.txt") in msg and f"line {line}:" in msg and what in msg
+
+
+def test_two_type_files_are_an_error(tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path / "two",
+        {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, "entity_types.txt": TYPES, "entity_types.tsv": TYPES},
+    )
+    with pytest.raises(TriplesError, match="more than one entity_types file"):
+        load_kg(folder)

@@ -38,6 +38,8 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
     planted: list[tuple[int, tuple[int, ...]]] = []
     if data.federated_folder:
         parts = read_federated_kg(resolve_source(data.federated_folder))
+        if not data.entity_types:
+            parts = [p.replace(entity_types=None, type_names=()) for p in parts]
         return parts, planted, parts[0].name if parts else "federated"
     source = resolve_source(data.source)
     if source == "synthetic" or source.startswith("synthetic:"):
@@ -48,6 +50,8 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
         if data.synthetic:
             raise ValueError("data (fednsl-kg): 'synthetic' options given but data.source is not synthetic")
         kg = load_kg(source)
+    if not data.entity_types:
+        kg = kg.replace(entity_types=None, type_names=())
     parts = (
         [kg]
         if data.num_clients == 1
@@ -78,13 +82,22 @@ def build_fednsl_kg(config: RunConfig) -> Federation:
         "local_only": cfg.local_only,
         "partition": "federated_folder" if data.federated_folder else data.partition,
     }
+    typed = parts[0].entity_types is not None
     strategy = FedNSLKGStrategy(
-        cfg, parts[0].relations, ids, config.seed, rounds=config.rounds, planted=planted, meta=meta
+        cfg,
+        parts[0].relations,
+        ids,
+        config.seed,
+        types=parts[0].type_names if typed else (),
+        rounds=config.rounds,
+        planted=planted,
+        meta=meta,
     )
     summary = {
         "kg": name,
         "entities": parts[0].num_entities,
         "relations": parts[0].num_relations,
+        "entity_types": parts[0].num_types if typed else 0,
         "planted_rules": len(planted),
         "eval_filter": cfg.eval_filter,
         "local_only": cfg.local_only,

@@ -36,7 +36,7 @@ from rules.measures import RuleCounts
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores"]
+__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores", "type_signature_counts"]
 
 
 def posterior_from_scores(
@@ -132,6 +132,18 @@ def amie_counts(graph: SparseGraph, head: int, bodies: list[tuple[int, ...]]) ->
     return RuleCounts(support, body_size, pca, np.full(J, int(head_adj.nnz), dtype=np.int64))
 
 
+def type_signature_counts(part: KnowledgeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(relation, head type, tail type) counts of ``part``'s training triples, as flat arrays: relations (S,),
+    type pairs (S, 2), counts (S,), sorted by (relation, head type, tail type). Empty for an untyped KG."""
+    if part.entity_types is None or not len(part.train):
+        return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
+    T = part.num_types
+    types = part.entity_types
+    key = (part.train[:, 1] * T + types[part.train[:, 0]]) * T + types[part.train[:, 2]]
+    keys, counts = np.unique(key, return_counts=True)
+    return keys // (T * T), np.stack([keys // T % T, keys % T], axis=1), counts.astype(np.int64)
+
+
 class FedNSLKGClient(Client):
     """One KG part (same entity/relation ids as every other part) and its fitted predictor."""
 
@@ -173,11 +185,15 @@ class FedNSLKGClient(Client):
                 heads.append(r)
                 bodies.append(b)
                 support.append(n)
+        sig_heads, sig_types, sig_counts = type_signature_counts(self.part)
         arrays = {
             "heads": np.asarray(heads, dtype=np.int64),
             "bodies": pad_bodies(bodies, self.R, L),
             "support": np.asarray(support, dtype=np.int64),
             "instances": self.train_counts.copy(),
+            "signature_heads": sig_heads,
+            "signature_types": sig_types,
+            "signature_counts": sig_counts,
         }
         return msg.reply(
             self.cid,

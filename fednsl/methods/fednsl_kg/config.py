@@ -109,6 +109,8 @@ class KGDataConfig:
     ``clientK/{train,valid,test}.txt[.gz]`` layout instead (then ``source``/``num_clients``/``partition`` are
     ignored). Partitions are seeded with the run seed. ``shares``: with ``partition: triple``, one positive weight
     per client, part sizes proportional to them (e.g. ``[0.8, 0.1, 0.1]``: one data-rich, two data-poor clients).
+    ``entity_types``: false ignores the KG's ``entity_types`` file (every rule head untyped, the ablation of typed
+    heads).
     """
 
     source: str = "synthetic"
@@ -117,6 +119,7 @@ class KGDataConfig:
     shares: list[float] | None = None
     federated_folder: str | None = None
     synthetic: dict[str, Any] = field(default_factory=dict)
+    entity_types: bool = True
 
     def __post_init__(self) -> None:
         if self.partition not in ("relation", "triple"):
@@ -131,10 +134,13 @@ class KGDataConfig:
 
 
 def resolve_source(path: str) -> str:
-    """A data source from config: ``synthetic[:seed]`` and ``pykeen:NAME`` unchanged; an absolute path as is;
-    ``../shared/data/...`` under ``$FEDNSL_SHARED_DATA`` when set; otherwise relative to the repository root."""
+    """A data source from config: ``synthetic[:seed]`` and ``pykeen:NAME`` unchanged; ``documents:PATH`` with PATH
+    resolved; an absolute path as is; ``../shared/data/...`` under ``$FEDNSL_SHARED_DATA`` when set; otherwise
+    relative to the repository root."""
     if path == "synthetic" or path.startswith(("synthetic:", "pykeen:")):
         return path
+    if path.startswith("documents:"):
+        return "documents:" + resolve_source(path.removeprefix("documents:"))
     p = Path(os.path.expanduser(path))
     if p.is_absolute():
         return str(p)

@@ -11,7 +11,9 @@ Client → server:
 
 - ``train.stats`` (round 1): mined candidate rules as a flat list — ``heads`` (K,), ``bodies`` (K, L),
   ``support`` (K,) number of local training triples of the head the body reaches; ``instances`` (R,) local
-  training triples per relation. Never a triple of the KG.
+  training triples per relation; on a typed KG the (relation, head type, tail type) counts of the local
+  training triples as ``signature_heads`` (S,), ``signature_types`` (S, 2) and ``signature_counts`` (S,) (S = 0
+  untyped), from which the server keys each relation's rule head by its domain and range type. Never a triple.
 - ``train`` (E-step): ``posterior`` (T, J) distribution over each head's bodies (rows of heads without local
   training triples are zero with ``mask`` false), ``instances`` (T,), and the additive AMIE counts
   ``support``, ``body_size``, ``pca_body_size``, ``head_size`` (T, J) of every body on the local training graph
@@ -48,14 +50,18 @@ COUNT_FIELDS = ("support", "body_size", "pca_body_size", "head_size")
 STATS_METRICS = ("num_examples", "mined_rules", "time_s")
 
 
-def stats_schema(num_relations: int) -> Schema:
-    """``train.stats`` reply: K mined (forward head, body) rules with supports; heads < R, body tokens <= 2R (pad)."""
+def stats_schema(num_relations: int, num_types: int = 1) -> Schema:
+    """``train.stats`` reply: K mined (forward head, body) rules with supports; heads < R, body tokens <= 2R (pad);
+    S (relation, head type, tail type) training-triple counts, types < T."""
     return Schema(
         arrays=(
             ArraySpec("heads", "ids", "int", ("K",), high=num_relations),
             ArraySpec("bodies", "ids", "int", ("K", None), high=2 * num_relations + 1),
             ArraySpec("support", "counts", "int", ("K",)),
             ArraySpec("instances", "counts", "int", (num_relations,)),
+            ArraySpec("signature_heads", "ids", "int", ("S",), high=num_relations),
+            ArraySpec("signature_types", "ids", "int", ("S", 2), high=num_types),
+            ArraySpec("signature_counts", "counts", "int", ("S",)),
         ),
         metrics=STATS_METRICS,
     )

@@ -1,9 +1,12 @@
 """fednsl-kg server: FedNSL's V-EM loop (Algorithm 1) over a knowledge graph's relations.
 
-Rule-head categories are (r, 0, 0) for every forward relation r (a KG has no entity types here; the inverse
-head r+R shares r's rules read backwards, :mod:`.bodies`). Round 1 runs ``train.stats``: clients send mined
-bodies with their supports; the server builds its rule pool (support-weighted, instance-weighted over clients)
-and pre-trains T_θ on it (Eq. 6). Every round then:
+Rule-head categories are (r, t_h, t_t) for every forward relation r (the inverse head r+R shares r's rules read
+backwards, :mod:`.bodies`): on an untyped KG t_h = t_t = 0; on a typed KG (an ``entity_types`` file) the domain
+and range type of r, the (head type, tail type) pair most frequent among r's training triples over the group's
+clients (ties to the smaller ids), so T_θ reads the head's types as FedNSL's generator does on DWIE. Round 1 runs
+``train.stats``: clients send mined bodies with their supports (and their type-signature counts); the server
+builds its rule pool (support-weighted, instance-weighted over clients) and pre-trains T_θ on it (Eq. 6). Every
+round then:
 
 1. ``configure_train``: per head the pool's ``pool_top`` most probable bodies plus the unique bodies among N
    ancestral samples of T_θ (Eq. 5), at most ``max_bodies``; the prior p_θ is T_θ renormalised over them;
@@ -65,11 +68,13 @@ def planted_recall(
     pool: Mapping[tuple[int, int, int], Mapping[tuple[int, ...], float]],
     rules: Sequence[tuple[int, Sequence[int]]],
     k: int,
+    signature: Mapping[int, tuple[int, int]] | None = None,
 ) -> tuple[float, list[bool]]:
-    """Share of (forward head, body) rules whose body is among the k most probable pool bodies of its head."""
+    """Share of (forward head, body) rules whose body is among the k most probable pool bodies of its head
+    (keyed (r, t_h, t_t) by ``signature``, (r, 0, 0) without one)."""
     hits = []
     for head, body in rules:
-        dist = pool.get((int(head), 0, 0), {})
+        dist = pool.get((int(head), *(signature or {}).get(int(head), (0, 0))), {})
         ranked = [b for b, _ in sorted(dist.items(), key=lambda kv: (-kv[1], kv[0]))]
         hits.append(tuple(int(x) for x in body) in ranked[:k])
     return (float(np.mean(hits)) if hits else math.nan), hits
@@ -97,15 +102,36 @@ class _Group:
         self.name, self.members = name, tuple(members)
         self.model = RuleGenerator(s.gen_config, torch.Generator().manual_seed(derive_seed(s.seed, 0, f"init:{name}")))
         self.pool = RulePool(s.R, s.cfg.max_body_len)
+        self.signature: dict[int, tuple[int, int]] = {}  # r -> (domain type, range type); empty: untyped
         self.store = RuleStore(
             s.relations,
-            None,
+            s.types or None,
             body_length=s.cfg.max_body_len,
             meta={"method": "fednsl-kg", "seed": s.seed, "group": name, **s.meta},
         )
         self.proposal: Proposal | None = None
         self.proposal_round = 0
         self.last_gen_loss: float | None = None
+
+    def key(self, r: int) -> tuple[int, int, int]:
+        """The rule-head category of forward relation r: (r, domain type, range type)."""
+        return (int(r), *self.signature.get(int(r), (0, 0)))
+
+    def set_signature(self, replies: Sequence[Message], num_relations: int, num_types: int) -> None:
+        """Each relation's most frequent (head type, tail type) over the replies' summed signature counts."""
+        counts = np.zeros(num_relations * num_types * num_types, dtype=np.int64)
+        for msg in replies:
+            a = msg.arrays
+            if "signature_heads" not in a or not len(a["signature_heads"]):
+                continue
+            pairs = a["signature_types"].reshape(-1, 2)
+            flat = (a["signature_heads"] * num_types + pairs[:, 0]) * num_types + pairs[:, 1]
+            np.add.at(counts, flat, a["signature_counts"])
+        per_rel = counts.reshape(num_relations, num_types * num_types)
+        best = per_rel.argmax(1)  # first maximum: ties go to the smaller type ids
+        self.signature = {
+            r: (int(best[r]) // num_types, int(best[r]) % num_types) for r in np.nonzero(per_rel.max(1) > 0)[0].tolist()
+        }
 
 
 class FedNSLKGStrategy(Strategy):
@@ -118,6 +144,7 @@ class FedNSLKGStrategy(Strategy):
         clients: Sequence[str],
         seed: int,
         *,
+        types: Sequence[str] = (),
         rounds: int = 1,
         planted: Sequence[tuple[int, Sequence[int]]] = (),
         meta: Mapping[str, Any] | None = None,
@@ -125,6 +152,8 @@ class FedNSLKGStrategy(Strategy):
         self.cfg = cfg
         self.relations = tuple(relations)
         self.R = len(self.relations)
+        self.types = tuple(types)
+        self.T = max(1, len(self.types))
         self.seed = int(seed)
         self.rounds = int(rounds)
         self.meta = dict(meta or {})
@@ -132,7 +161,7 @@ class FedNSLKGStrategy(Strategy):
         g = cfg.gen
         self.gen_config = GeneratorConfig(
             num_relations=self.R,
-            num_types=1,
+            num_types=self.T,
             max_body_len=cfg.max_body_len,
             d_model=g.d_model,
             nhead=g.nhead,
@@ -157,7 +186,7 @@ class FedNSLKGStrategy(Strategy):
                 "train.stats",
                 self.configure_train_stats,
                 self.aggregate_train_stats,
-                reply=lambda: stats_schema(self.R),
+                reply=lambda: stats_schema(self.R, self.T),
                 request=Schema(config=("max_body_len",)),
                 essential=True,
             ),
@@ -185,6 +214,7 @@ class FedNSLKGStrategy(Strategy):
         losses = []
         for name, group_replies in self._by_group(replies).items():
             group = self.groups[name]
+            group.set_signature(list(group_replies.values()), self.R, self.T)
             dists, weights = [], []
             for msg in group_replies.values():
                 a = msg.arrays
@@ -194,9 +224,9 @@ class FedNSLKGStrategy(Strategy):
                         raise ValueError(f"client {msg.sender}: mined head {r} outside 0..{self.R - 1}")
                     body = strip(row, self.R)
                     if body:
-                        d.setdefault((r, 0, 0), {})[body] = float(sup) + 1.0  # add-one: every mined body stays
+                        d.setdefault(group.key(r), {})[body] = float(sup) + 1.0  # add-one: every mined body stays
                 dists.append(d)
-                weights.append({(r, 0, 0): float(n) for r, n in enumerate(a["instances"].tolist())})
+                weights.append({group.key(r): float(n) for r, n in enumerate(a["instances"].tolist())})
             agg = aggregate_distributions(dists, weights)
             group.pool = RulePool.from_distributions(agg, self.R, self.cfg.max_body_len)
             losses += self._train_generator(group, rnd, self.cfg.gen.pretrain_epochs, "pretrain")
@@ -237,7 +267,7 @@ class FedNSLKGStrategy(Strategy):
         """Per head of the pool: its top ``pool_top`` bodies, then T_θ's sampled bodies by count, ≤ ``max_bodies``."""
         c = self.cfg
         heads = [t[0] for t in group.pool.triples]
-        triples = torch.tensor([[h, 0, 0] for h in heads], dtype=torch.long).reshape(-1, 3)
+        triples = torch.tensor([group.key(h) for h in heads], dtype=torch.long).reshape(-1, 3)
         with torch_threads(c.num_threads):
             sampled = sample_rules(
                 group.model,
@@ -248,7 +278,7 @@ class FedNSLKGStrategy(Strategy):
         per_head: list[list[tuple[int, ...]]] = []
         per_counts: list[list[int]] = []
         for t, h in enumerate(heads):
-            dist = group.pool.distribution((h, 0, 0))
+            dist = group.pool.distribution(group.key(h))
             chosen = [b for b, _ in sorted(dist.items(), key=lambda kv: (-kv[1], kv[0]))][: c.pool_top]
             cnt = dict.fromkeys(chosen, 0)
             bodies_t, _, counts_t = sampled.per_triple()[t]
@@ -327,7 +357,7 @@ class FedNSLKGStrategy(Strategy):
             agg[has] /= agg[has].sum(1, keepdims=True)
             posteriors = {}
             for t in np.nonzero(has)[0].tolist():
-                posteriors[(int(p.heads[t]), 0, 0)] = {
+                posteriors[group.key(int(p.heads[t]))] = {
                     strip(p.bodies[t, j], self.R): float(agg[t, j])
                     for j in np.nonzero(p.mask[t])[0].tolist()
                     if agg[t, j] > 0
@@ -363,7 +393,7 @@ class FedNSLKGStrategy(Strategy):
             m = p.mask[t]
             if not m.any():
                 continue
-            key = (int(r), 0, 0)
+            key = group.key(r)
             group.store.add_triple(
                 key,
                 p.bodies[t][m],
@@ -411,7 +441,8 @@ class FedNSLKGStrategy(Strategy):
     def evaluate(self, rnd: int) -> Metrics:
         if not self.planted or self.cfg.local_only:
             return {}
-        recall, _ = planted_recall(self.groups[GLOBAL].pool.distributions(), self.planted, self.cfg.top_k)
+        g = self.groups[GLOBAL]
+        recall, _ = planted_recall(g.pool.distributions(), self.planted, self.cfg.top_k, g.signature)
         return {} if math.isnan(recall) else {f"planted_recall_top{self.cfg.top_k}": recall}
 
     def summary_metrics(self) -> dict[str, Any]:
@@ -430,6 +461,7 @@ class FedNSLKGStrategy(Strategy):
                 if g.proposal is None
                 else {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in vars(g.proposal).items()},
                 "proposal_round": g.proposal_round,
+                "signature": json.dumps(sorted((r, *t) for r, t in g.signature.items())),
             }
         return {"groups": groups, "initialised": self.initialised, "last_eval": json.dumps(self.last_eval)}
 
@@ -443,6 +475,7 @@ class FedNSLKGStrategy(Strategy):
                 None if gs["proposal"] is None else Proposal(**{k: v.numpy() for k, v in gs["proposal"].items()})
             )
             g.proposal_round = int(gs["proposal_round"])
+            g.signature = {int(r): (int(th), int(tt)) for r, th, tt in json.loads(gs.get("signature", "[]"))}
         self.initialised = bool(state["initialised"])
         self.last_eval = json.loads(state["last_eval"])
 
@@ -451,11 +484,10 @@ class FedNSLKGStrategy(Strategy):
         run_dir = Path(run_dir)
         for name, g in self.groups.items():
             if self.planted and not self.cfg.local_only:
-                recall, hits = planted_recall(g.pool.distributions(), self.planted, self.cfg.top_k)
+                recall, hits = planted_recall(g.pool.distributions(), self.planted, self.cfg.top_k, g.signature)
                 g.store.meta[f"planted_recall_top{self.cfg.top_k}"] = None if math.isnan(recall) else recall
                 g.store.meta["planted_rules"] = [
-                    {"rule": g.store.rule_text((h, 0, 0), b), "in_top_k": hit}
-                    for (h, b), hit in zip(self.planted, hits)
+                    {"rule": g.store.rule_text(g.key(h), b), "in_top_k": hit} for (h, b), hit in zip(self.planted, hits)
                 ]
             g.store.meta["test"] = {k: v for k, v in self.last_eval.items() if k != "clients"}
             g.store.save(run_dir if name == GLOBAL else run_dir / "local" / name)

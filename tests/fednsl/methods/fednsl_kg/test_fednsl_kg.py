@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,12 @@ from fednsl.cli.main import cli
 from fednsl.config import load_config
 from fednsl.federation.records import Message, validate
 from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets, strip
-from fednsl.methods.fednsl_kg.client import amie_counts, mine_forward_rules, posterior_from_scores
+from fednsl.methods.fednsl_kg.client import (
+    amie_counts,
+    mine_forward_rules,
+    posterior_from_scores,
+    type_signature_counts,
+)
 from fednsl.methods.fednsl_kg.messages import (
     EVAL_SCHEMA,
     decode_rank_sums,
@@ -23,8 +29,10 @@ from fednsl.methods.fednsl_kg.messages import (
 from fednsl.methods.fednsl_kg.scoring import score_rules
 from fednsl.pipeline import build_federation, train
 from kg.grounding.sparse import SparseGraph
+from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
 from kg.linkpred import RankingMetrics
+from kg.triples import write_triples
 
 CONFIG = "configs/fednsl_kg_synthetic.yaml"
 SYNTH = {"num_families": 5}
@@ -350,3 +358,72 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
     train(load_config(CONFIG, over), out, progress=False)
     s = json.loads((out / "summary.json").read_text())
     assert all(np.isfinite(s[k]) for k in TEST_KEYS) and s["test_mrr"] > 0.2
+
+
+# ------------------------------------------------------------------------------------------------ entity types
+def _typed_kg_folder(folder: Path) -> Path:
+    """The planted KG with two entity types (parents, everyone else) written as a typed triples folder."""
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    parents = set(kg.all_triples()[kg.all_triples()[:, 1] == kg.relations.index("parent_of"), 0].tolist())
+    types = np.array([0 if e in parents else 1 for e in range(kg.num_entities)])
+    write_triples(kg.replace(entity_types=types, type_names=("parent", "person")), folder)
+    return folder
+
+
+def test_type_signature_counts_match_enumeration(tmp_path: Path) -> None:
+    kg = load_kg(_typed_kg_folder(tmp_path / "typed"))
+    rels, pairs, counts = type_signature_counts(kg)
+    expected = Counter((int(r), int(kg.entity_types[h]), int(kg.entity_types[t])) for h, r, t in kg.train)
+    assert {(int(r), int(a), int(b)): int(n) for r, (a, b), n in zip(rels, pairs, counts)} == expected
+    assert all(len(a) == 0 for a in type_signature_counts(planted_kg(seed=0, **SYNTH)[0]))  # untyped: none
+
+
+def test_signature_is_the_most_frequent_type_pair_over_clients() -> None:
+    fed = build_federation(load_config(CONFIG, FAST))
+    group = fed.strategy.groups["global"]
+
+    def reply(rels: list[int], pairs: list[tuple[int, int]], counts: list[int]) -> Message:
+        return Message("train.stats", 1, "c", arrays={
+            "signature_heads": np.array(rels), "signature_types": np.array(pairs).reshape(-1, 2),
+            "signature_counts": np.array(counts)})
+    # relation 0: (1, 0) wins only once the clients' counts are summed (3 + 3 > 5); relation 2: a tie -> smaller ids
+    group.set_signature([reply([0, 0, 2, 2], [(0, 1), (1, 0), (1, 1), (0, 1)], [5, 3, 2, 2]),
+                         reply([0], [(1, 0)], [3])], num_relations=8, num_types=2)
+    assert group.signature == {0: (1, 0), 2: (0, 1)}
+    assert group.key(0) == (0, 1, 0) and group.key(5) == (5, 0, 0)
+
+
+def test_typed_kg_keys_rule_heads_by_domain_and_range(tmp_path: Path) -> None:
+    folder = _typed_kg_folder(tmp_path / "typed")
+    typed = [o for o in FAST if not o.startswith("data.synthetic")] + [f"data.source={folder}"]
+    info = _invoke(["data", "info", str(folder)])
+    assert "entity types (2): parent" in info
+    out = tmp_path / "run"
+    args = ["train", CONFIG, "--out", str(out), "--quiet"]
+    for o in [*typed, "rounds=1", "data.num_clients=2"]:
+        args += ["--set", o]
+    _invoke(args)
+    kg = load_kg(folder)
+    rels, pairs, counts = type_signature_counts(kg)  # the two clients' counts sum to the whole train split's
+    best: dict[int, tuple[int, tuple[int, int]]] = {}
+    for r, pair, n in zip(rels.tolist(), map(tuple, pairs.tolist()), counts.tolist()):
+        if r not in best or n > best[r][0]:
+            best[r] = (n, pair)
+    store = json.loads((out / "rules.json").read_text())
+    assert store["types"] == ["parent", "person"]
+    heads = {tuple(t["triple"]) for t in store["triples"]}
+    assert heads == {(r, *pair) for r, (_, pair) in best.items()}
+    assert (kg.relations.index("parent_of"), 0, 1) in heads  # parents have children of either type; most are not parents
+    rows = json.loads(_invoke(["rules", "list", str(out), "--head", "parent_of", "--top", "3", "--format", "json"]))
+    assert rows and all(r["triple_name"] == "parent_of[parent->person]" for r in rows)
+    fed = build_federation(load_config(CONFIG, typed))
+    assert fed.strategy.gen_config.num_types == 2
+    stats = fed.clients["c0"].train_stats(Message("train.stats", 1, config={"max_body_len": 3, "seed": 1}))
+    bad = copy.deepcopy(stats)
+    bad.arrays["signature_types"][0, 0] = 2  # a type id outside the KG's two types
+    with pytest.raises(ValueError, match="signature_types"):
+        validate(bad, fed.strategy.reply_schema("train.stats"))
+    fed.strategy.aggregate_train_stats(1, {"c0": stats}, {})
+    again = build_federation(load_config(CONFIG, typed)).strategy
+    again.load_state_dict(fed.strategy.state_dict())  # resume keeps the signature
+    assert again.groups["global"].signature == fed.strategy.groups["global"].signature != {}
