@@ -117,21 +117,24 @@ class _Group:
         """The rule-head category of forward relation r: (r, domain type, range type)."""
         return (int(r), *self.signature.get(int(r), (0, 0)))
 
-    def set_signature(self, replies: Sequence[Message], num_relations: int, num_types: int) -> None:
-        """Each relation's most frequent (head type, tail type) over the replies' summed signature counts."""
-        counts = np.zeros(num_relations * num_types * num_types, dtype=np.int64)
-        for msg in replies:
-            a = msg.arrays
-            if "signature_heads" not in a or not len(a["signature_heads"]):
-                continue
-            pairs = a["signature_types"].reshape(-1, 2)
-            flat = (a["signature_heads"] * num_types + pairs[:, 0]) * num_types + pairs[:, 1]
-            np.add.at(counts, flat, a["signature_counts"])
-        per_rel = counts.reshape(num_relations, num_types * num_types)
-        best = per_rel.argmax(1)  # first maximum: ties go to the smaller type ids
-        self.signature = {
-            r: (int(best[r]) // num_types, int(best[r]) % num_types) for r in np.nonzero(per_rel.max(1) > 0)[0].tolist()
-        }
+    def set_signature(self, replies: Sequence[Message], num_types: int) -> None:
+        """Each relation's most frequent (head type, tail type) over the replies' summed signature counts (sparse:
+        only the pairs some client holds, so T may be large)."""
+        parts = [m.arrays for m in replies if len(m.arrays.get("signature_heads", ()))]
+        if not parts:
+            self.signature = {}
+            return
+        pairs = np.concatenate([a["signature_types"].reshape(-1, 2) for a in parts])
+        keys = (np.concatenate([a["signature_heads"] for a in parts]) * num_types + pairs[:, 0]) * num_types + pairs[
+            :, 1
+        ]
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        sums = np.zeros(len(uniq), dtype=np.int64)
+        np.add.at(sums, inverse, np.concatenate([a["signature_counts"] for a in parts]))
+        rel, pair = uniq // (num_types * num_types), uniq % (num_types * num_types)
+        order = np.lexsort((pair, -sums, rel))  # per relation: the largest count first, ties to the smaller ids
+        first = order[np.r_[True, rel[order][1:] != rel[order][:-1]]]
+        self.signature = {int(rel[i]): (int(pair[i]) // num_types, int(pair[i]) % num_types) for i in first}
 
 
 class FedNSLKGStrategy(Strategy):
@@ -214,7 +217,7 @@ class FedNSLKGStrategy(Strategy):
         losses = []
         for name, group_replies in self._by_group(replies).items():
             group = self.groups[name]
-            group.set_signature(list(group_replies.values()), self.R, self.T)
+            group.set_signature(list(group_replies.values()), self.T)
             dists, weights = [], []
             for msg in group_replies.values():
                 a = msg.arrays

@@ -388,7 +388,7 @@ def test_signature_is_the_most_frequent_type_pair_over_clients() -> None:
             "signature_counts": np.array(counts)})
     # relation 0: (1, 0) wins only once the clients' counts are summed (3 + 3 > 5); relation 2: a tie -> smaller ids
     group.set_signature([reply([0, 0, 2, 2], [(0, 1), (1, 0), (1, 1), (0, 1)], [5, 3, 2, 2]),
-                         reply([0], [(1, 0)], [3])], num_relations=8, num_types=2)
+                         reply([0], [(1, 0)], [3])], num_types=2)
     assert group.signature == {0: (1, 0), 2: (0, 1)}
     assert group.key(0) == (0, 1, 0) and group.key(5) == (5, 0, 0)
 
