@@ -82,3 +82,18 @@ def test_embedding_rows_share_the_table_and_the_report() -> None:
     assert "*pykeen DistMult (this run)*: pykeen DistMult, dim 200" in md
     assert "pykeen DistMult, valid MRR against training time (first seed): epoch 1 " in md
     assert "| centralised | 1 | 2 | 0.300 |" in md and "- pykeen DistMult: `python -m bench.kg_completion x`" in md
+
+
+def test_per_client_mrr_is_a_mean_and_interval_over_the_seeds() -> None:
+    runs = []
+    for mrr in (0.2, 0.4):
+        r = run(mrr, None)
+        r["clients"] = {"c0": {"test_mrr": mrr}, "c1": {"test_mrr": mrr / 2}}
+        runs.append(r)
+    settings = {"federated": {"aggregate": kc.aggregate(runs), "runs": runs, "commands": []}}
+    text = kc.markdown("kinship_skew", settings, {}, [0, 1])
+    half = 12.706 * 0.1414214 / 2**0.5  # t(0.975, 1) · s / √n for c0's 0.2 and 0.4
+    assert f"- federated: c0 0.300 ± {half:.3f}, c1 0.150 ± {half / 2:.3f}" in text
+    assert "data-poor" in text and "(published)" not in text
+    assert set(kc.SETTINGS["kinship_skew"]) == {"federated", "local-only"}
+    assert "method_kwargs.local_only=true" in kc.SETTINGS["kinship_skew"]["local-only"]
