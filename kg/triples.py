@@ -35,7 +35,7 @@ import gzip
 import importlib.util
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,26 +215,32 @@ def _read_text(path: Path) -> str:
         ) from exc
 
 
-def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int]) -> np.ndarray:
-    """Parse one triples file, extending the two name->id maps; (n, 3) int64."""
-    text = _read_text(path)
-    ids: list[int] = []
-    append = ids.append
-    for lineno, line in enumerate(text.split("\n"), 1):
+def _rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
+    """(line number, stripped fields) of each non-blank line of a tab-separated file with the named ``columns``;
+    a wrong field count or an empty field raises :class:`TriplesError` naming the file and line."""
+    for lineno, line in enumerate(_read_text(path).split("\n"), 1):
         parts = line.split("\t")
-        if len(parts) != 3:
+        if len(parts) != len(columns):
             if not line.strip():
                 continue
             raise TriplesError(
-                f"{path}: line {lineno}: expected 3 tab-separated fields (head, relation, tail), "
+                f"{path}: line {lineno}: expected {len(columns)} tab-separated fields ({', '.join(columns)}), "
                 f"found {len(parts)}: {line[:80]!r}",
                 file=str(path),
                 line=lineno,
             )
-        h, r, t = parts[0].strip(), parts[1].strip(), parts[2].strip()
-        if not (h and r and t):
-            which = "head" if not h else "relation" if not r else "tail"
-            raise TriplesError(f"{path}: line {lineno}: empty {which} name", file=str(path), line=lineno)
+        fields = [p.strip() for p in parts]
+        if not all(fields):
+            empty = columns[fields.index("")]
+            raise TriplesError(f"{path}: line {lineno}: empty {empty} name", file=str(path), line=lineno)
+        yield lineno, fields
+
+
+def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int]) -> np.ndarray:
+    """Parse one triples file, extending the two name->id maps; (n, 3) int64."""
+    ids: list[int] = []
+    append = ids.append
+    for _, (h, r, t) in _rows(path, ("head", "relation", "tail")):
         hid = entities.get(h)
         if hid is None:
             hid = entities[h] = len(entities)
@@ -294,26 +300,11 @@ def read_entity_types(path: str | Path, entities: dict[str, int]) -> tuple[np.nd
 
     Entities without a line get :data:`UNTYPED` (appended to the names when needed)."""
     path = Path(path)
-    text = _read_text(path)
     types = np.full(len(entities), -1, dtype=np.int64)
     names: dict[str, int] = {}
     first_line = np.zeros(len(entities), dtype=np.int64)
     skipped = 0
-    for lineno, line in enumerate(text.split("\n"), 1):
-        parts = line.split("\t")
-        if len(parts) != 2:
-            if not line.strip():
-                continue
-            raise TriplesError(
-                f"{path}: line {lineno}: expected 2 tab-separated fields (entity, type), found {len(parts)}: "
-                f"{line[:80]!r}",
-                file=str(path),
-                line=lineno,
-            )
-        ent, typ = parts[0].strip(), parts[1].strip()
-        if not (ent and typ):
-            which = "entity" if not ent else "type"
-            raise TriplesError(f"{path}: line {lineno}: empty {which} name", file=str(path), line=lineno)
+    for lineno, (ent, typ) in _rows(path, ("entity", "type")):
         eid = entities.get(ent)
         if eid is None:
             skipped += 1
