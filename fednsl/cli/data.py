@@ -413,10 +413,10 @@ def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: 
 
     OUT gets train/valid/test.txt (head<TAB>relation<TAB>tail) and entity_types.txt (entity<TAB>type).
     Entities stay document-scoped (DOC/INDEX:NAME); the facts, not the documents, are split by one seeded
-    permutation. Example:
+    permutation (configs/fednsl_kg_dwie.yaml reads the same KG directly, as documents:PATH). Example:
 
       fednsl data to-kg ../shared/data/dwie --out data/dwie_kg
-      fednsl train configs/fednsl_kg_dwie.yaml
+      fednsl train fednsl_kg_dwie --set data.source=data/dwie_kg
     """
     from kg.documents_kg import corpus_to_kg
     from kg.triples import write_triples
