@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from kg.triples import SPLITS, KnowledgeGraph, TriplesError, find_types_file, read_entity_types, read_splits
+from kg.triples import SPLITS, KnowledgeGraph, TriplesError, read_folder_types, read_splits
 
 __all__ = ["client_relations", "partition_kg", "read_federated_kg", "union_kg"]
 
@@ -92,7 +92,7 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
 
     One vocabulary for all clients: ids by first appearance over client0's train, valid, test, then client1's,
     and so on; every client's KG carries the full vocabularies, and the entity types of ``folder/entity_types``
-    when that file exists (:func:`kg.triples.read_entity_types`).
+    when that file exists (:func:`kg.triples.read_folder_types`).
     """
     folder = Path(folder)
     clients = []
@@ -116,8 +116,7 @@ def read_federated_kg(folder: str | Path) -> list[KnowledgeGraph]:
     relations: dict[str, int] = {}
     arrays = [read_splits(sub, entities, relations) for _, sub in clients]
     ents, rels = tuple(entities), tuple(relations)
-    types_file = find_types_file(folder)
-    types, type_names, skipped = read_entity_types(types_file, entities) if types_file else (None, (), 0)
+    types, type_names, skipped = read_folder_types(folder, entities)
     return [
         KnowledgeGraph(
             name=f"{folder.name}/client{k}",

@@ -50,10 +50,10 @@ __all__ = [
     "KnowledgeGraph",
     "TriplesError",
     "find_split_files",
-    "find_types_file",
     "is_kg_source",
     "pykeen_dataset_dir",
     "read_entity_types",
+    "read_folder_types",
     "read_splits",
     "read_triples_folder",
     "top_relations",
@@ -121,12 +121,6 @@ class KnowledgeGraph:
     def num_types(self) -> int:
         """T: the number of entity types (1 for an untyped KG)."""
         return len(self.type_names) if self.entity_types is not None else 1
-
-    def types_of(self) -> np.ndarray:
-        """(E,) type ids: ``entity_types``, or all 0 for an untyped KG."""
-        if self.entity_types is None:
-            return np.zeros(self.num_entities, dtype=np.int64)
-        return self.entity_types
 
     @property
     def num_entities(self) -> int:
@@ -256,6 +250,16 @@ def _parse_into(path: Path, entities: dict[str, int], relations: dict[str, int])
     return np.asarray(ids, dtype=np.int64).reshape(-1, 3)
 
 
+def _find_one(folder: Path, stem: str, what: str) -> Path | None:
+    """``folder/<stem><suffix>`` for the one triples suffix present, or None; two of them is an error."""
+    hits = [folder / f"{stem}{suf}" for suf in _SUFFIXES if (folder / f"{stem}{suf}").is_file()]
+    if len(hits) > 1:
+        raise TriplesError(
+            f"{folder}: more than one {what} file ({', '.join(h.name for h in hits)}); keep one", file=str(folder)
+        )
+    return hits[0] if hits else None
+
+
 def find_split_files(folder: str | Path) -> dict[str, Path]:
     """``{"train": path, "valid": path, "test": path}`` for a triples folder; :class:`TriplesError` if not one."""
     folder = Path(folder)
@@ -265,14 +269,9 @@ def find_split_files(folder: str | Path) -> dict[str, Path]:
     for split in SPLITS:
         names = (split, "dev") if split == "valid" else (split,)
         for name in names:
-            hits = [folder / f"{name}{suf}" for suf in _SUFFIXES if (folder / f"{name}{suf}").is_file()]
-            if len(hits) > 1:
-                raise TriplesError(
-                    f"{folder}: more than one {split} file ({', '.join(h.name for h in hits)}); keep one",
-                    file=str(folder),
-                )
-            if hits:
-                found[split] = hits[0]
+            hit = _find_one(folder, name, split)
+            if hit is not None:
+                found[split] = hit
                 break
     missing = [s for s in SPLITS if s not in found]
     if missing:
@@ -282,17 +281,6 @@ def find_split_files(folder: str | Path) -> dict[str, Path]:
             file=str(folder),
         )
     return found
-
-
-def find_types_file(folder: str | Path) -> Path | None:
-    """The folder's ``entity_types`` file (any of the triples suffixes), or None; two of them is an error."""
-    folder = Path(folder)
-    hits = [folder / f"{TYPES_FILE}{suf}" for suf in _SUFFIXES if (folder / f"{TYPES_FILE}{suf}").is_file()]
-    if len(hits) > 1:
-        raise TriplesError(
-            f"{folder}: more than one {TYPES_FILE} file ({', '.join(h.name for h in hits)}); keep one", file=str(folder)
-        )
-    return hits[0] if hits else None
 
 
 def read_entity_types(path: str | Path, entities: dict[str, int]) -> tuple[np.ndarray, tuple[str, ...], int]:
@@ -322,6 +310,12 @@ def read_entity_types(path: str | Path, entities: dict[str, int]) -> tuple[np.nd
     if missing.any():
         types[missing] = names.setdefault(UNTYPED, len(names))
     return types, tuple(names), skipped
+
+
+def read_folder_types(folder: str | Path, entities: dict[str, int]) -> tuple[np.ndarray | None, tuple[str, ...], int]:
+    """:func:`read_entity_types` of the folder's ``entity_types`` file; (None, (), 0) when it has none."""
+    path = _find_one(Path(folder), TYPES_FILE, TYPES_FILE)
+    return read_entity_types(path, entities) if path is not None else (None, (), 0)
 
 
 def is_kg_source(source: str | Path) -> bool:
@@ -357,8 +351,7 @@ def read_triples_folder(
     ents = {} if entities is None else entities
     rels = {} if relations is None else relations
     arrays = read_splits(folder, ents, rels)
-    types_file = find_types_file(folder)
-    types, type_names, skipped = read_entity_types(types_file, ents) if types_file else (None, (), 0)
+    types, type_names, skipped = read_folder_types(folder, ents)
     return KnowledgeGraph(
         name=name or Path(folder).name,
         entities=tuple(ents),
@@ -401,18 +394,18 @@ def write_triples(kg: KnowledgeGraph, folder: str | Path, gz: bool = False) -> l
     ``entity_types.txt[.gz]``; returns the files."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for split in SPLITS:
-        lines = "".join(f"{kg.entities[h]}\t{kg.relations[r]}\t{kg.entities[t]}\n" for h, r, t in kg.split(split))
-        target = folder / f"{split}.txt{'.gz' if gz else ''}"
-        data = lines.encode("utf-8")
-        target.write_bytes(gzip.compress(data, mtime=0) if gz else data)
-        written.append(target)
+    texts = {
+        split: "".join(f"{kg.entities[h]}\t{kg.relations[r]}\t{kg.entities[t]}\n" for h, r, t in kg.split(split))
+        for split in SPLITS
+    }
     if kg.entity_types is not None:
-        order = np.argsort(kg.entity_types, kind="stable")  # types first appear in id order: ids survive a re-read
         types = kg.entity_types
-        data = "".join(f"{kg.entities[e]}\t{kg.type_names[types[e]]}\n" for e in order.tolist()).encode("utf-8")
-        target = folder / f"{TYPES_FILE}.txt{'.gz' if gz else ''}"
+        order = np.argsort(types, kind="stable")  # types first appear in id order: ids survive a re-read
+        texts[TYPES_FILE] = "".join(f"{kg.entities[e]}\t{kg.type_names[types[e]]}\n" for e in order.tolist())
+    written = []
+    for stem, text in texts.items():
+        target = folder / f"{stem}.txt{'.gz' if gz else ''}"
+        data = text.encode("utf-8")
         target.write_bytes(gzip.compress(data, mtime=0) if gz else data)
         written.append(target)
     return written
