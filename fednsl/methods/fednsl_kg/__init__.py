@@ -38,26 +38,26 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
     planted: list[tuple[int, tuple[int, ...]]] = []
     if data.federated_folder:
         parts = read_federated_kg(resolve_source(data.federated_folder))
-        if not data.entity_types:
-            parts = [p.replace(entity_types=None, type_names=()) for p in parts]
-        return parts, planted, parts[0].name if parts else "federated"
-    source = resolve_source(data.source)
-    if source == "synthetic" or source.startswith("synthetic:"):
-        kg_seed = int(source.split(":", 1)[1]) if ":" in source else 0
-        kg, rules = planted_kg(seed=kg_seed, **data.synthetic)
-        planted = [(int(r.head), tuple(int(b) for b in r.body)) for r in rules]
+        name = parts[0].name if parts else "federated"
     else:
-        if data.synthetic:
-            raise ValueError("data (fednsl-kg): 'synthetic' options given but data.source is not synthetic")
-        kg = load_kg(source)
+        source = resolve_source(data.source)
+        if source == "synthetic" or source.startswith("synthetic:"):
+            kg_seed = int(source.split(":", 1)[1]) if ":" in source else 0
+            kg, rules = planted_kg(seed=kg_seed, **data.synthetic)
+            planted = [(int(r.head), tuple(int(b) for b in r.body)) for r in rules]
+        else:
+            if data.synthetic:
+                raise ValueError("data (fednsl-kg): 'synthetic' options given but data.source is not synthetic")
+            kg = load_kg(source)
+        parts = (
+            [kg]
+            if data.num_clients == 1
+            else partition_kg(kg, data.num_clients, by=data.partition, seed=seed, shares=data.shares)  # type: ignore[arg-type]
+        )
+        name = kg.name
     if not data.entity_types:
-        kg = kg.replace(entity_types=None, type_names=())
-    parts = (
-        [kg]
-        if data.num_clients == 1
-        else partition_kg(kg, data.num_clients, by=data.partition, seed=seed, shares=data.shares)  # type: ignore[arg-type]
-    )
-    return parts, planted, kg.name
+        parts = [p.replace(entity_types=None, type_names=()) for p in parts]
+    return parts, planted, name
 
 
 @register_method(

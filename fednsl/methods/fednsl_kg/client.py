@@ -26,7 +26,7 @@ from fednsl.methods.fednsl_kg.bodies import (
     strip,
 )
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
-from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, encode_rank_sums
+from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, SIGNATURE_FIELDS, encode_rank_sums, sum_signatures
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
@@ -137,11 +137,8 @@ def type_signature_counts(part: KnowledgeGraph) -> tuple[np.ndarray, np.ndarray,
     type pairs (S, 2), counts (S,), sorted by (relation, head type, tail type). Empty for an untyped KG."""
     if part.entity_types is None or not len(part.train):
         return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
-    T = part.num_types
-    types = part.entity_types
-    key = (part.train[:, 1] * T + types[part.train[:, 0]]) * T + types[part.train[:, 2]]
-    keys, counts = np.unique(key, return_counts=True)
-    return keys // (T * T), np.stack([keys // T % T, keys % T], axis=1), counts.astype(np.int64)
+    types = part.entity_types[part.train[:, [0, 2]]]
+    return sum_signatures(part.train[:, 1], types, np.ones(len(part.train), dtype=np.int64), part.num_types)
 
 
 class FedNSLKGClient(Client):
@@ -185,15 +182,12 @@ class FedNSLKGClient(Client):
                 heads.append(r)
                 bodies.append(b)
                 support.append(n)
-        sig_heads, sig_types, sig_counts = type_signature_counts(self.part)
         arrays = {
             "heads": np.asarray(heads, dtype=np.int64),
             "bodies": pad_bodies(bodies, self.R, L),
             "support": np.asarray(support, dtype=np.int64),
             "instances": self.train_counts.copy(),
-            "signature_heads": sig_heads,
-            "signature_types": sig_types,
-            "signature_counts": sig_counts,
+            **dict(zip(SIGNATURE_FIELDS, type_signature_counts(self.part))),
         }
         return msg.reply(
             self.cid,

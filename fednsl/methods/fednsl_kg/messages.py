@@ -37,15 +37,18 @@ __all__ = [
     "LIMBS",
     "STATS_METRICS",
     "stats_schema",
+    "sum_signatures",
     "TRAIN_METRICS",
     "TRAIN_SCHEMA",
     "RULES_REQUEST_SCHEMA",
+    "SIGNATURE_FIELDS",
     "decode_rank_sums",
     "encode_rank_sums",
     "rank_sum_names",
 ]
 
 COUNT_FIELDS = ("support", "body_size", "pca_body_size", "head_size")
+SIGNATURE_FIELDS = ("signature_heads", "signature_types", "signature_counts")  # train.stats: typed heads
 
 STATS_METRICS = ("num_examples", "mined_rules", "time_s")
 
@@ -65,6 +68,20 @@ def stats_schema(num_relations: int, num_types: int = 1) -> Schema:
         ),
         metrics=STATS_METRICS,
     )
+
+
+def sum_signatures(
+    heads: np.ndarray, pairs: np.ndarray, counts: np.ndarray, num_types: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``signature_*`` arrays summed over equal (relation, head type, tail type): heads (n,), type pairs (n, 2)
+    and counts (n,) in; relations (S,), pairs (S, 2), sums (S,) out, sorted by (relation, head type, tail type).
+    Sparse: only the triples present, so T may be large."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    keys = (np.asarray(heads, dtype=np.int64) * num_types + pairs[:, 0]) * num_types + pairs[:, 1]
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    sums = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(sums, inverse, np.asarray(counts, dtype=np.int64))
+    return uniq // (num_types * num_types), np.stack([uniq // num_types % num_types, uniq % num_types], 1), sums
 
 
 TRAIN_METRICS = ("num_examples", "heads_fitted", "rules", "valid_mrr", "time_fit_s", "time_counts_s")

@@ -42,9 +42,11 @@ from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVAL_SCHEMA,
     RULES_REQUEST_SCHEMA,
+    SIGNATURE_FIELDS,
     TRAIN_SCHEMA,
     decode_rank_sums,
     stats_schema,
+    sum_signatures,
 )
 from kg.linkpred import RankingMetrics
 from kg.seeding import derive_seed
@@ -120,21 +122,15 @@ class _Group:
     def set_signature(self, replies: Sequence[Message], num_types: int) -> None:
         """Each relation's most frequent (head type, tail type) over the replies' summed signature counts (sparse:
         only the pairs some client holds, so T may be large)."""
-        parts = [m.arrays for m in replies if len(m.arrays.get("signature_heads", ()))]
+        parts = [m.arrays for m in replies if len(m.arrays[SIGNATURE_FIELDS[0]])]
         if not parts:
             self.signature = {}
             return
-        pairs = np.concatenate([a["signature_types"].reshape(-1, 2) for a in parts])
-        keys = (np.concatenate([a["signature_heads"] for a in parts]) * num_types + pairs[:, 0]) * num_types + pairs[
-            :, 1
-        ]
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        sums = np.zeros(len(uniq), dtype=np.int64)
-        np.add.at(sums, inverse, np.concatenate([a["signature_counts"] for a in parts]))
-        rel, pair = uniq // (num_types * num_types), uniq % (num_types * num_types)
-        order = np.lexsort((pair, -sums, rel))  # per relation: the largest count first, ties to the smaller ids
+        heads, types, counts = (np.concatenate([a[f] for a in parts]) for f in SIGNATURE_FIELDS)
+        rel, pairs, sums = sum_signatures(heads, types, counts, num_types)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0], -sums, rel))  # per relation: largest count, then smaller ids
         first = order[np.r_[True, rel[order][1:] != rel[order][:-1]]]
-        self.signature = {int(rel[i]): (int(pair[i]) // num_types, int(pair[i]) % num_types) for i in first}
+        self.signature = {int(rel[i]): (int(pairs[i, 0]), int(pairs[i, 1])) for i in first}
 
 
 class FedNSLKGStrategy(Strategy):
