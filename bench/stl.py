@@ -99,10 +99,10 @@ def bench_robustness(batch: int, length: int, rtamt_traces: int, seed: int) -> l
     rows = []
     for text in ROBUSTNESS_FORMULAS:
         f = stl.parse(text)
-        ours64, rho = timed(lambda: f.robustness(sig64), repeat=5)
-        ours32, _ = timed(lambda: f.robustness(sig32), repeat=5)
+        ours64, rho = timed(lambda: stl.robustness(f, sig64), repeat=5)
+        ours32, _ = timed(lambda: stl.robustness(f, sig32), repeat=5)
         req = {k: v.clone().requires_grad_(True) for k, v in sig32.items() if k in f.signals()}
-        grad_s, _ = timed(lambda: f.robustness(req).sum().backward(), repeat=5)
+        grad_s, _ = timed(lambda: stl.robustness(f, req).sum().backward(), repeat=5)
         spec = rtamt.StlDiscreteTimeSpecification()
         for n in f.signals():
             spec.declare_var(n, "float")

@@ -8,8 +8,8 @@ Quick start::
 
     f = stl.parse("always[0:5](x >= a)")
     x = torch.randn(32, 24)                      # (batch, T)
-    rho = f.robustness({"x": x}, {"a": -1.0})    # (32, 19): start times 0 .. T-1-horizon
-    g = f.violation({"x": x}, {"a": -1.0})       # LogiCP Eq. 9, = relu(-rho)
+    rho = stl.robustness(f, {"x": x}, {"a": -1.0})   # (32, 19): start times 0 .. T-1-horizon
+    g = stl.violation(f, {"x": x}, {"a": -1.0})      # LogiCP Eq. 9, = relu(-rho)
 
     tpl = stl.operational_range(count=12, width=2)   # FedSTL Table 1 row 1, 24 steps
     y = torch.randn(100, 16, 24)                 # (clients, samples, T)

@@ -20,12 +20,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Real
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-    from .robustness import ParamValue, Signals
+from typing import Any
 
 REL_OPS: tuple[str, ...] = ("<", "<=", ">", ">=")
 #: ``¬(lhs op c)`` ⇔ ``lhs NEGATED_OP[op] c``.
@@ -50,56 +45,14 @@ def _check_name(name: Any, what: str) -> None:
 
 
 class Formula:
-    """Base class of STL formula nodes.
+    """Base class of STL formula nodes: structure only.
 
-    Evaluation methods take ``signals``: a mapping signal name → tensor ``(*batch, T)`` (or one
-    tensor when the formula has one signal) and ``params``: parameter name → float or tensor
-    broadcastable to the batch shape.  See :mod:`rules.stl.robustness` for the exact semantics
-    and which start times are returned.
+    The semantics are functions of :mod:`rules.stl.robustness` (``stl.robustness(f, signals, params)``,
+    ``stl.violation``, ``stl.holds``, ...), which dispatch on these classes; this module imports nothing
+    from there, so the syntax sits below its semantics.
     """
 
     __slots__ = ()
-
-    # --- evaluation (delegates to rules.stl.robustness) -------------------------------------
-    def robustness(
-        self,
-        signals: Signals,
-        params: Mapping[str, ParamValue] | None = None,
-        *,
-        boundary: str = "valid",
-        until: str = "strict",
-    ) -> torch.Tensor:
-        """Donzé–Maler robustness ρ (FedSTL Def. 5), shape ``(*batch, T - horizon)``."""
-        from .robustness import robustness
-
-        return robustness(self, signals, params, boundary=boundary, until=until)
-
-    def violation(
-        self,
-        signals: Signals,
-        params: Mapping[str, ParamValue] | None = None,
-        *,
-        boundary: str = "valid",
-        until: str = "strict",
-    ) -> torch.Tensor:
-        """LogiCP violation degree g (Eq. 9) on the NNF, ``g = max(0, -ρ)``; same shape."""
-        from .robustness import violation
-
-        return violation(self, signals, params, boundary=boundary, until=until)
-
-    def holds(
-        self,
-        signals: Signals,
-        params: Mapping[str, ParamValue] | None = None,
-        *,
-        boundary: str = "valid",
-        until: str = "strict",
-        closed: bool = False,
-    ) -> torch.Tensor:
-        """Boolean semantics (FedSTL Def. 4) as a bool tensor; same shape as :meth:`robustness`."""
-        from .robustness import holds
-
-        return holds(self, signals, params, boundary=boundary, until=until, closed=closed)
 
     # --- structure ------------------------------------------------------------------------
     def children(self) -> tuple[Formula, ...]:

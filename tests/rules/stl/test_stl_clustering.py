@@ -94,7 +94,7 @@ def test_alignment_matrix_matches_per_client_formulas() -> None:
         assert fast.shape == (3, 8)
         torch.testing.assert_close(fast, slow, rtol=0, atol=1e-12)
     # violation = mean over samples of relu(-ρ), computed by hand for one entry
-    rho = formulas[2].robustness(preds[1, 2])[:, 0]
+    rho = stl.robustness(formulas[2], preds[1, 2])[:, 0]
     assert float(stl.alignment_matrix(tpl, params, preds)[1, 2]) == pytest.approx(
         float(torch.relu(-rho).mean()), abs=1e-12)
 

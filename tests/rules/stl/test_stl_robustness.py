@@ -110,8 +110,8 @@ def test_robustness_equals_rtamt_on_random_formulas(seed: int) -> None:
         length = f.horizon + int(rng.integers(2, 6))  # rtamt fails on one-sample traces
         traces = _random_traces(rng, ("x", "y"), 2, length)
         sig = {k: torch.from_numpy(v) for k, v in traces.items()}
-        valid = f.robustness(sig).numpy()
-        trunc = f.robustness(sig, boundary="truncate").numpy()
+        valid = stl.robustness(f, sig).numpy()
+        trunc = stl.robustness(f, sig, boundary="truncate").numpy()
         assert valid.shape == (2, length - f.horizon) and trunc.shape == (2, length)
         for b in range(2):
             ref = rtamt_eval(f, {k: v[b] for k, v in traces.items()})
@@ -137,7 +137,7 @@ def test_robustness_equals_rtamt_on_named_formulas(text: str) -> None:
     f = stl.parse(text)
     rng = np.random.default_rng(7)
     traces = _random_traces(rng, f.signals(), 4, 20)
-    out = f.robustness({k: torch.from_numpy(v) for k, v in traces.items()}).numpy()
+    out = stl.robustness(f, {k: torch.from_numpy(v) for k, v in traces.items()}).numpy()
     for b in range(4):
         ref = rtamt_eval(f, {k: v[b] for k, v in traces.items()})
         np.testing.assert_allclose(out[b], ref[: 20 - f.horizon], rtol=0, atol=1e-12)
@@ -148,11 +148,11 @@ def test_parameters_bound_at_evaluation_match_constants() -> None:
     rng = np.random.default_rng(1)
     x = torch.from_numpy(rng.normal(size=(3, 5, 12)))
     a = torch.tensor([0.1, 0.5, -0.2], dtype=torch.float64)
-    out = f.robustness({"x": x}, {"a": a[:, None], "b": -0.3})  # one a per row of the batch
+    out = stl.robustness(f, {"x": x}, {"a": a[:, None], "b": -0.3})  # one a per row of the batch
     assert out.shape == (3, 5, 10)
     for i in range(3):
         g = f.bind({"a": float(a[i]), "b": -0.3})
-        torch.testing.assert_close(out[i], g.robustness(x[i]), rtol=0, atol=0)
+        torch.testing.assert_close(out[i], stl.robustness(g, x[i]), rtol=0, atol=0)
         ref = rtamt_eval(g, {"x": x[i, 0].numpy()})
         np.testing.assert_allclose(out[i, 0].numpy(), ref[:10], atol=1e-12)
 
@@ -167,9 +167,9 @@ def test_robustness_violation_holds_match_brute_force(seed: int, until: str) -> 
         traces = _random_traces(rng, ("x", "y"), 1, length)
         x = {k: v[0] for k, v in traces.items()}
         sig = {k: torch.from_numpy(v) for k, v in traces.items()}
-        rho = f.robustness(sig, until=until)[0].numpy()
-        g = f.violation(sig, until=until)[0].numpy()
-        ok = f.holds(sig, until=until)[0].numpy()
+        rho = stl.robustness(f, sig, until=until)[0].numpy()
+        g = stl.violation(f, sig, until=until)[0].numpy()
+        ok = stl.holds(f, sig, until=until)[0].numpy()
         nnf = f.nnf()
         strict = until == "strict"
         for t in range(length - f.horizon):
@@ -182,8 +182,8 @@ def test_until_conventions_differ_only_in_the_left_operand_at_t_prime() -> None:
     f = stl.parse("(x > 0.5) until[0:0] (x > -0.3)")
     x = torch.tensor([[0.8, -1.0]], dtype=torch.float64)
     # strict (rtamt): left over an empty range -> ρ = ρ_right(t); inclusive: min with ρ_left(t)
-    torch.testing.assert_close(f.robustness(x), torch.tensor([[1.1, -0.7]], dtype=torch.float64))
-    torch.testing.assert_close(f.robustness(x, until="inclusive"),
+    torch.testing.assert_close(stl.robustness(f, x), torch.tensor([[1.1, -0.7]], dtype=torch.float64))
+    torch.testing.assert_close(stl.robustness(f, x, until="inclusive"),
                                torch.tensor([[0.3, -1.5]], dtype=torch.float64))
     np.testing.assert_allclose(rtamt_eval(f, {"x": x[0].numpy()}), [1.1, -0.7], atol=1e-12)
 
@@ -196,12 +196,12 @@ def test_violation_is_relu_of_minus_robustness_and_zero_iff_satisfied(seed: int)
         traces = _random_traces(rng, ("x", "y"), 8, f.horizon + 6)
         sig = {k: torch.from_numpy(v) for k, v in traces.items()}
         for boundary, until in (("valid", "strict"), ("truncate", "strict"), ("valid", "inclusive")):
-            rho = f.robustness(sig, boundary=boundary, until=until)
-            g = f.violation(sig, boundary=boundary, until=until)
+            rho = stl.robustness(f, sig, boundary=boundary, until=until)
+            g = stl.violation(f, sig, boundary=boundary, until=until)
             torch.testing.assert_close(g, torch.relu(-rho), rtol=0, atol=1e-12)
-            torch.testing.assert_close(f.nnf().robustness(sig, boundary=boundary, until=until), rho,
+            torch.testing.assert_close(stl.robustness(f.nnf(), sig, boundary=boundary, until=until), rho,
                                        rtol=0, atol=1e-12)
-            sat = f.holds(sig, boundary=boundary, until=until)
+            sat = stl.holds(f, sig, boundary=boundary, until=until)
             nonzero = rho != 0
             assert torch.equal((g == 0)[nonzero], sat[nonzero])
             assert torch.equal((rho > 0)[nonzero], sat[nonzero])
@@ -211,7 +211,7 @@ def test_violation_uses_nnf_not_the_papers_negation_rule() -> None:
     f = stl.parse("not(x >= 1)")
     x = torch.tensor([[0.0, 2.0]], dtype=torch.float64)
     # Eq. 9 literally (g(¬φ) = g(φ)) would give [1, 0]; the NNF x < 1 gives [0, 1].
-    assert f.violation({"x": x}).tolist() == [[0.0, 1.0]]
+    assert stl.violation(f, {"x": x}).tolist() == [[0.0, 1.0]]
     assert stl.r_stl(f, {"x": x}).tolist() == [0.5]
 
 
@@ -219,8 +219,8 @@ def test_closed_reading_of_strict_comparisons() -> None:
     f = stl.parse("always[0:1](x < 2) and (y > 0)")
     x = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.0, 5.0]])
     sig = {"x": x[0], "y": x[1]}
-    assert not bool(f.holds(sig)[0, 0])
-    assert bool(f.holds(sig, closed=True)[0, 0])
+    assert not bool(stl.holds(f, sig)[0, 0])
+    assert bool(stl.holds(f, sig, closed=True)[0, 0])
 
 
 # --- gradients ------------------------------------------------------------------------------------
@@ -242,27 +242,27 @@ def test_gradcheck(text: str) -> None:
     names = f.signals()
 
     def fn(*tensors: torch.Tensor) -> torch.Tensor:
-        return f.robustness(dict(zip(names, tensors)))
+        return stl.robustness(f, dict(zip(names, tensors)))
 
     args = tuple({"x": x, "y": y}[n] for n in names)
     assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-8)
-    assert torch.autograd.gradcheck(lambda *a: f.violation(dict(zip(names, a))), args, eps=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(lambda *a: stl.violation(f, dict(zip(names, a))), args, eps=1e-6, atol=1e-8)
 
 
 def test_gradient_signs_and_parameter_gradients() -> None:
     x = torch.tensor([[0.5, -0.3, 0.8, 0.1]], dtype=torch.float64, requires_grad=True)
     a = torch.tensor(0.25, dtype=torch.float64, requires_grad=True)
-    lower = stl.parse("always[0:3](x >= a)").robustness({"x": x}, {"a": a})
+    lower = stl.robustness(stl.parse("always[0:3](x >= a)"), {"x": x}, {"a": a})
     lower.sum().backward()
     # ρ = min_t x_t - a: +1 on the arg-min sample, 0 elsewhere; -1 w.r.t. the bound
     assert x.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]] and float(a.grad) == -1.0
     x.grad = None
-    upper = stl.parse("always[0:3](x <= 1)").robustness({"x": x})
+    upper = stl.robustness(stl.parse("always[0:3](x <= 1)"), {"x": x})
     upper.sum().backward()
     assert x.grad.tolist() == [[0.0, 0.0, -1.0, 0.0]]
     # increasing the violating sample reduces the violation degree
     x.grad = None
-    stl.parse("always[0:3](x >= 0)").violation({"x": x}).sum().backward()
+    stl.violation(stl.parse("always[0:3](x >= 0)"), {"x": x}).sum().backward()
     assert x.grad.tolist() == [[0.0, -1.0, 0.0, 0.0]]
 
 
@@ -270,12 +270,12 @@ def test_finite_differences_float32_and_large_windows() -> None:
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(4, 120, generator=gen)
     f = stl.parse("always[0:23](eventually[0:10](x >= 0.5))")  # max_pool1d path
-    rho = f.robustness(x)
+    rho = stl.robustness(f, x)
     brute_vals = torch.stack([torch.stack([x[:, t + j : t + j + 11].amax(-1) for j in range(24)]).amin(0)
                               for t in range(120 - 33)], dim=-1) - 0.5
     torch.testing.assert_close(rho, brute_vals)
     xg = x.clone().requires_grad_(True)
-    f.robustness(xg).sum().backward()
+    stl.robustness(f, xg).sum().backward()
     assert torch.isfinite(xg.grad).all() and (xg.grad >= 0).all() and xg.grad.sum() > 0
 
 
@@ -284,18 +284,18 @@ def test_input_errors_are_clear() -> None:
     f = stl.parse("always[0:5](x - y >= a)")
     x = torch.zeros(2, 10)
     with pytest.raises(KeyError, match="missing signal"):
-        f.robustness({"x": x}, {"a": 0.0})
+        stl.robustness(f, {"x": x}, {"a": 0.0})
     with pytest.raises(KeyError, match="unbound parameter"):
-        f.robustness({"x": x, "y": x})
+        stl.robustness(f, {"x": x, "y": x})
     with pytest.raises(ValueError, match="too short"):
-        f.robustness({"x": x[:, :5], "y": x[:, :5]}, {"a": 0.0})
+        stl.robustness(f, {"x": x[:, :5], "y": x[:, :5]}, {"a": 0.0})
     with pytest.raises(ValueError, match="different lengths"):
-        f.robustness({"x": x, "y": x[:, :9]}, {"a": 0.0})
+        stl.robustness(f, {"x": x, "y": x[:, :9]}, {"a": 0.0})
     with pytest.raises(ValueError, match="does not broadcast"):
-        f.robustness({"x": x, "y": x}, {"a": torch.zeros(3)})
+        stl.robustness(f, {"x": x, "y": x}, {"a": torch.zeros(3)})
     with pytest.raises(ValueError, match="pass a dict"):
-        f.robustness(x, {"a": 0.0})
+        stl.robustness(f, x, {"a": 0.0})
     with pytest.raises(ValueError, match="boundary"):
-        f.robustness({"x": x, "y": x}, {"a": 0.0}, boundary="pad")
-    assert stl.parse("x > 0").robustness(np.ones((2, 3))).dtype == torch.float64
-    assert stl.parse("eventually[1:2](x > 0)").robustness(x, boundary="truncate")[0, -1] == -math.inf
+        stl.robustness(f, {"x": x, "y": x}, {"a": 0.0}, boundary="pad")
+    assert stl.robustness(stl.parse("x > 0"), np.ones((2, 3))).dtype == torch.float64
+    assert stl.robustness(stl.parse("eventually[1:2](x > 0)"), x, boundary="truncate")[0, -1] == -math.inf

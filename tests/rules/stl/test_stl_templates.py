@@ -151,7 +151,7 @@ EXAMPLE = "always[0:4]((x1 >= 0.75) -> (x2 >= alpha))"  # □_[0,5) with a close
 @pytest.mark.parametrize(("alpha", "rho"), [(10.0, 2.0), (12.0, 0.0), (13.0, 0.0), (11.5, 0.5)])
 def test_worked_example_robustness(alpha: float, rho: float) -> None:
     f = stl.parse(EXAMPLE)
-    out = f.robustness({"x1": X1[None], "x2": X2[None]}, {"alpha": alpha})
+    out = stl.robustness(f, {"x1": X1[None], "x2": X2[None]}, {"alpha": alpha})
     assert out.shape == (1, 1) and float(out) == rho
 
 
@@ -177,7 +177,7 @@ def test_instantiate_round_trips_and_matches_template_robustness() -> None:
     rho = tpl.robustness(sig, p)
     for c, f in enumerate(formulas):
         assert not f.parameters() and stl.parse(str(f)) == f
-        torch.testing.assert_close(f.robustness({k: v[c] for k, v in sig.items()})[:, 0], rho[c])
+        torch.testing.assert_close(stl.robustness(f, {k: v[c] for k, v in sig.items()})[:, 0], rho[c])
     f0 = stl.instantiate(tpl, {k: float(v[0]) for k, v in p.items()})
     assert f0 == formulas[0]
     with pytest.raises(KeyError, match="missing parameter"):
@@ -226,6 +226,6 @@ def test_conjunct_wise_evaluation_equals_whole_formula(name: str) -> None:
     params = {p: torch.randn(3, generator=gen, dtype=torch.float64) for p in tpl.params}
     par = {p: v[:, None] for p, v in params.items()}
     full = {n: v[..., : tpl.length] for n, v in sig.items()}
-    torch.testing.assert_close(tpl.robustness(sig, params), tpl.formula.robustness(full, par)[..., 0])
-    torch.testing.assert_close(tpl.violation(sig, params), tpl.formula.violation(full, par)[..., 0])
-    assert torch.equal(tpl.holds(sig, params), tpl.formula.holds(full, par)[..., 0])
+    torch.testing.assert_close(tpl.robustness(sig, params), stl.robustness(tpl.formula, full, par)[..., 0])
+    torch.testing.assert_close(tpl.violation(sig, params), stl.violation(tpl.formula, full, par)[..., 0])
+    assert torch.equal(tpl.holds(sig, params), stl.holds(tpl.formula, full, par)[..., 0])

@@ -32,7 +32,7 @@ def test_stl_loss_l1_is_mean_per_step_violation_degree():
     """Eq. 21: (1/T)·Σ_τ g(φ, Ŷ, τ) with g = rules.stl.violation of the step-τ constraint."""
     pred, _, lower, upper, _ = _data(1)
     f = stl.parse("(x <= u) and (x >= l)")
-    per_step = torch.stack([f.violation(pred[:, t:t + 1], {"u": float(upper[t]), "l": float(lower[t])})[:, 0]
+    per_step = torch.stack([stl.violation(f, pred[:, t:t + 1], {"u": float(upper[t]), "l": float(lower[t])})[:, 0]
                             for t in range(pred.shape[1])], dim=1)
     assert float(stl_loss(pred, lower, upper, "l1")) == pytest.approx(float(per_step.mean()), rel=1e-12)
     assert float(stl_loss(pred, lower, upper, "squared")) == pytest.approx(float(per_step.pow(2).mean()), rel=1e-12)
