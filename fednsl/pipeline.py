@@ -69,7 +69,7 @@ def latest_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path | None:
 def build_federation(config: RunConfig) -> Federation:
     """The federation of ``config.method`` (only that method's module is imported; see :data:`METHODS`)."""
     if config.method not in METHODS:
-        load_methods()  # a method package missing from METHOD_TABLE still registers on import
+        load_methods()  # a method package without an entry point still registers on import
     return METHODS.get(config.method).build(config)
 
 

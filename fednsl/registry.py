@@ -1,23 +1,38 @@
 """Small name → component registries (PyKEEN/class-resolver style).
 
-``METHODS`` maps a method name from config (``method: fednsl``) to a builder
-``build(config: RunConfig) -> Federation``. Method modules register their builders on import
-(:func:`register_method`); :data:`METHOD_TABLE` names the module of every shipped method, so that
-``METHODS.get(name)`` imports only that one module, on first use (nothing heavy loads for ``fednsl --help``).
-:func:`load_methods` imports all of them (and any other subpackage of :mod:`fednsl.methods`).
+``METHODS`` maps a method name from config (``method: fednsl``) to a :class:`MethodSpec`: the builder
+``build(config: RunConfig) -> Federation``, its headline and its ``rule_documents`` hook. Method modules register
+their builders on import (:func:`register_method`, whose arguments declare the headline and the hook next to the
+builder). Which module provides which method is declared once, statically, as Python entry points of the group
+``fednsl.methods`` in ``pyproject.toml`` (``[project.entry-points."fednsl.methods"]``, ``name = "module:builder"``).
 
-Each entry of :data:`METHOD_TABLE` also declares the method's *headline*: the summary metric(s) that
-``fednsl train`` ends with and what each is compared with (:class:`Headline`).
+Why entry points, not a table of module strings here: the declaration is standard package metadata that tools
+read without importing anything (``importlib.metadata``, pip, plugin scanners), each value names the builder
+itself (``module:function``, checked against what the module registers by ``tests/fednsl/test_registry.py``),
+this module imports no method (methods import it: :func:`register_method`), and another installed package can
+add a method by declaring an entry point of the same group. ``METHODS.get(name)`` imports only the module of
+that one entry point, on first use; nothing heavy loads for ``fednsl --help``, and the installed metadata is
+read once, on the first lookup of a method name. :func:`load_methods` imports all of them (and any other
+subpackage of :mod:`fednsl.methods`). After editing the entry points, reinstall (``make venv`` does when
+``pyproject.toml`` changes; by hand: ``pip install --no-deps -e .``).
+
+Each method declares its *headline*: the summary metric(s) that ``fednsl train`` ends with and what each is
+compared with (:class:`Headline`, :func:`headline_of`).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass
+from functools import cache
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
 T = TypeVar("T")
+
+#: the entry-point group that declares the methods: ``name = "module:builder"``
+METHOD_ENTRY_POINTS = "fednsl.methods"
 
 
 def normalize(name: str) -> str:
@@ -27,14 +42,23 @@ def normalize(name: str) -> str:
 class Registry(Generic[T]):
     """A named collection of components with a clear error for unknown names.
 
-    ``lazy`` maps further names to the module that registers them when imported (resolved by :meth:`get`).
+    ``lazy`` (called once, on the first lookup) maps further names to ``"module"`` or ``"module:attr"``: the
+    module registers the name when imported (resolved by :meth:`get`).
     """
 
-    def __init__(self, what: str, lazy: Mapping[str, str] | None = None):
+    def __init__(self, what: str, lazy: Callable[[], Mapping[str, str]] | None = None):
         self.what = what
         self._items: dict[str, T] = {}
         self._docs: dict[str, str] = {}
-        self._lazy = {normalize(k): v for k, v in (lazy or {}).items()}
+        self._lazy_source = lazy
+        self._lazy_names: dict[str, str] | None = None
+
+    @property
+    def _lazy(self) -> dict[str, str]:
+        if self._lazy_names is None:
+            source = self._lazy_source() if self._lazy_source is not None else {}
+            self._lazy_names = {normalize(k): v for k, v in source.items()}
+        return self._lazy_names
 
     def register(self, name: str, doc: str = "") -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -50,9 +74,10 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         key = normalize(name)
         if key not in self._items and key in self._lazy:
-            importlib.import_module(self._lazy[key])
+            module = self._lazy[key].partition(":")[0]
+            importlib.import_module(module)
             if key not in self._items:
-                raise RuntimeError(f"{self._lazy[key]} was imported but registers no {self.what} {key!r}")
+                raise RuntimeError(f"{module} was imported but registers no {self.what} {key!r}")
         if key not in self._items:
             raise KeyError(f"unknown {self.what} {name!r}; known: {', '.join(self.names()) or '(none)'}")
         return self._items[key]
@@ -67,7 +92,8 @@ class Registry(Generic[T]):
 
     def module_of(self, name: str) -> str | None:
         """The module that registers ``name`` on import (None: registered directly or unknown)."""
-        return self._lazy.get(normalize(name))
+        target = self._lazy.get(normalize(name))
+        return target.partition(":")[0] if target is not None else None
 
     def doc(self, name: str) -> str:
         return self._docs.get(normalize(name), "")
@@ -91,13 +117,6 @@ def build_kwargs(cls: type[T], kwargs: Mapping[str, Any] | None, where: str) -> 
     return cls(**kwargs)
 
 
-@dataclass
-class MethodSpec:
-    name: str
-    build: Callable[..., Any]
-    doc: str
-
-
 @dataclass(frozen=True)
 class Headline:
     """One number ``fednsl train`` ends with: a metric of the run's summary.json and what it is compared with.
@@ -116,74 +135,53 @@ class Headline:
     complement: bool = False
 
 
-@dataclass(frozen=True)
-class MethodEntry:
-    """A shipped method: the module that registers it, its headline metric(s), and for rule learners that
-    leave confidence counts to the pipeline, ``rule_documents``: ``"module:function"`` with
-    ``function(config, federation | None) -> {client id: documents}`` (:mod:`fednsl.rule_counts`)."""
+@dataclass
+class MethodSpec:
+    """A registered method: its builder, one line of doc, its headline metric(s), and for rule learners that
+    leave confidence counts to the pipeline, ``rule_documents``: ``function(config, federation | None) ->
+    {client id: documents}`` (:mod:`fednsl.rule_counts`)."""
 
-    module: str
-    headline: tuple[Headline, ...]
-    rule_documents: str | None = None
-
-
-_NUMERIC = (  # FedNSL §4.1.1 numerical experiment: the two numbers its bench compares (bench/numeric.py)
-    Headline("train acc (given labels)", "evaluate/train_acc_given"),
-    Headline("unseen acc", "evaluate/unseen_acc_h0"),
-)
-_FORECAST = (  # forecasters: test MSE against the naive seasonal forecast, and STL property satisfaction
-    Headline("test MSE", "evaluate/mse", "evaluate/naive_mean_mse", "naive forecast"),
-    Headline("property satisfaction ρ%", "evaluate/rho", "evaluate/naive_mean_rho", "naive"),
-)
-_CONFORMAL = (  # federated conformal prediction: joint coverage against the target 1 − α, then the MSE
-    Headline("coverage", "evaluate/cov_joint", "config:method_kwargs.alpha", "target", 0.1, complement=True),
-    *_FORECAST[:1],
-)
-
-#: every shipped method: name → module + headline. ``tests/fednsl/test_registry.py`` checks that each module
-#: registers its names, that every registered method is listed, and that each headline key is written.
-METHOD_TABLE: dict[str, MethodEntry] = {
-    "fednsl": MethodEntry(
-        "fednsl.methods.fednsl",
-        (
-            Headline("seen F1", "evaluate/seen_f1", "evaluate/backbone_seen_f1", "backbone"),
-            Headline("unseen F1", "evaluate/unseen_f1", "evaluate/backbone_unseen_f1", "backbone"),
-        ),
-        rule_documents="fednsl.methods.fednsl.rule_documents:rule_documents",
-    ),
-    "fednsl-kg": MethodEntry(
-        "fednsl.methods.fednsl_kg",
-        (Headline("test MRR", "test_mrr"), Headline("Hits@10", "test_hits@10")),
-    ),
-    "fedavg": MethodEntry("fednsl.methods.fedavg", (Headline("accuracy", "evaluate/accuracy"),)),
-    "fednsl-gmm": MethodEntry("fednsl.methods.fednsl_gmm", _NUMERIC),
-    "fedavg-numeric": MethodEntry("fednsl.methods.fedavg.numeric", _NUMERIC),
-    "pfedme": MethodEntry("fednsl.methods.pfedme", _NUMERIC),
-    "perfedavg": MethodEntry("fednsl.methods.perfedavg", _NUMERIC),
-    "pfedbayes": MethodEntry("fednsl.methods.pfedbayes", _NUMERIC),
-    "lrxfl": MethodEntry("fednsl.methods.lrxfl", _NUMERIC),
-    "kifl": MethodEntry(
-        "fednsl.methods.kifl",
-        (Headline("accuracy", "evaluate/accuracy"), Headline("rule violations (POV)", "evaluate/pov")),
-    ),
-    "fedstl": MethodEntry("fednsl.methods.fedstl", _FORECAST),
-    "logicp": MethodEntry("fednsl.methods.logicp", _CONFORMAL),
-    "cp-ifca": MethodEntry("fednsl.methods.logicp.baselines", _CONFORMAL),
-    "ts-fedbayes": MethodEntry("fednsl.methods.logicp.baselines", _FORECAST),
-    **{
-        name: MethodEntry("fednsl.methods.ts_baselines", _FORECAST)
-        for name in ("ts-fedavg", "ts-fedprox", "ts-fedrep", "ts-ditto", "ts-ifca")
-    },
-}
-
-METHODS: Registry[MethodSpec] = Registry("method", {name: e.module for name, e in METHOD_TABLE.items()})
+    name: str
+    build: Callable[..., Any]
+    doc: str
+    headline: tuple[Headline, ...] = ()
+    rule_documents: Callable[..., Any] | None = None
 
 
-def register_method(name: str, doc: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for a method builder ``build(config: RunConfig) -> Federation``."""
+@cache
+def method_entry_points() -> dict[str, str]:
+    """Method name → ``"module:builder"``, as declared by the installed packages (entry-point group
+    :data:`METHOD_ENTRY_POINTS`); read once per process."""
+    from importlib.metadata import entry_points
+
+    return {normalize(ep.name): ep.value for ep in entry_points(group=METHOD_ENTRY_POINTS)}
+
+
+METHODS: Registry[MethodSpec] = Registry("method", method_entry_points)
+
+
+def register_method(
+    name: str,
+    doc: str = "",
+    *,
+    headline: Sequence[Headline] = (),
+    rule_documents: Callable[..., Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for a method builder ``build(config: RunConfig) -> Federation``.
+
+    ``headline``: what ``fednsl train`` ends with (:class:`Headline`); ``rule_documents``: the method's hook for
+    the rule confidence counts (:class:`MethodSpec`). Declare the name as an entry point too (module docstring).
+    """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        METHODS.register(name)(MethodSpec(name=name, build=fn, doc=doc or (fn.__doc__ or "").strip().split("\n")[0]))
+        spec = MethodSpec(
+            name=name,
+            build=fn,
+            doc=doc or (fn.__doc__ or "").strip().split("\n")[0],
+            headline=tuple(headline),
+            rule_documents=rule_documents,
+        )
+        METHODS.register(name)(spec)
         return fn
 
     return deco
@@ -193,33 +191,37 @@ _LOADED = False
 
 
 def load_methods() -> Registry[MethodSpec]:
-    """Import every method module of :data:`METHOD_TABLE` and every subpackage of :mod:`fednsl.methods`, so
-    that all builders (also of methods missing from the table) are registered."""
+    """Import the module of every method entry point and every subpackage of :mod:`fednsl.methods`, so that
+    all builders (also of methods without an entry point) are registered."""
     global _LOADED
     if not _LOADED:
         import fednsl.methods as pkg
 
-        for entry in METHOD_TABLE.values():
-            importlib.import_module(entry.module)
+        for target in method_entry_points().values():
+            importlib.import_module(target.partition(":")[0])
         for info in pkgutil.iter_modules(pkg.__path__):
             importlib.import_module(f"fednsl.methods.{info.name}")
         _LOADED = True
     return METHODS
 
 
-def rule_documents_hook(method: str) -> Callable[..., Any] | None:
-    """The ``rule_documents`` function a method declares (imported now), or None."""
-    entry = METHOD_TABLE.get(normalize(method))
-    if entry is None or entry.rule_documents is None:
+def _spec(method: str) -> MethodSpec | None:
+    try:
+        return METHODS.get(method)
+    except KeyError:
         return None
-    module, _, attr = entry.rule_documents.partition(":")
-    return getattr(importlib.import_module(module), attr)
+
+
+def rule_documents_hook(method: str) -> Callable[..., Any] | None:
+    """The ``rule_documents`` function ``method`` registers (its module imported now), or None."""
+    spec = _spec(method)
+    return spec.rule_documents if spec is not None else None
 
 
 def headline_of(method: str) -> tuple[Headline, ...]:
-    """The declared headline of ``method`` (empty for a method not in :data:`METHOD_TABLE`)."""
-    entry = METHOD_TABLE.get(normalize(method))
-    return entry.headline if entry is not None else ()
+    """The declared headline of ``method`` (its module imported now; empty for an unknown method)."""
+    spec = _spec(method)
+    return spec.headline if spec is not None else ()
 
 
 #: every engine ``--engine NAME`` accepts: name → (what it is, the pip extra it needs or ""). The engine classes

@@ -4,8 +4,8 @@ AMIE counts (support, body size, PCA body size, head size; :mod:`rules.measures`
 show confidences and ``fednsl rules export --format anyburl|amie`` write usable lines. Each client counts on its
 own training documents and the counts are summed (they are additive), as a federation would compute them
 (:meth:`rules.store.RuleStore.count_clients`). The documents come from the method's declared
-``rule_documents`` hook (:data:`fednsl.registry.METHOD_TABLE`); methods that record counts while training
-(fednsl-kg) need none, and their counts are left as they are.
+``rule_documents`` hook (``@register_method(rule_documents=...)``, :func:`fednsl.registry.rule_documents_hook`);
+methods that record counts while training (fednsl-kg) need none, and their counts are left as they are.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def count_rules(
         report.source = "unavailable"
         raise ValueError(
             f"{run_dir}: {report.line()}, and method {config.method!r} declares no client documents to count "
-            "them on (fednsl.registry.METHOD_TABLE rule_documents)"
+            "them on (@register_method(rule_documents=...))"
         )
     docs = hook(config, federation)
     done = store.count_clients(docs, triples=todo)

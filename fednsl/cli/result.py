@@ -1,7 +1,7 @@
 """The one line ``fednsl train`` ends with: the method's headline metric(s) and their references.
 
 E.g. ``fednsl: seen F1 0.866 (backbone 0.737) · unseen F1 0.811 (backbone 0.707) → runs/x/summary.json``.
-What a method reports is declared in :data:`fednsl.registry.METHOD_TABLE` (:class:`fednsl.registry.Headline`);
+What a method reports is declared by its ``@register_method(headline=...)`` (:class:`fednsl.registry.Headline`);
 this module only reads the values from summary.json (and the run's config) and formats them.
 """
 

@@ -3,7 +3,7 @@
 Progress bars (:func:`progress_bar`) show on a terminal only: never when stdout or stderr is not a TTY, never
 inside :func:`progress_disabled` (``fednsl train -q``), and each appears only once its step has run
 :data:`BAR_DELAY_S` seconds, so short steps print nothing. The round bar shows the method's headline metric
-(:func:`round_postfix`, declared in :data:`fednsl.registry.METHOD_TABLE`).
+(:func:`round_postfix`, declared by ``@register_method(headline=...)``: :func:`fednsl.registry.headline_of`).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True,
 
 def round_postfix(method: str, latest: Mapping[str, Mapping[str, Any]]) -> str:
     """The round bar's text: the method's headline metric(s) from the newest server metrics (``stage/name``
-    keys of :data:`fednsl.registry.METHOD_TABLE`), else the newest losses; "" before any is known."""
+    keys of :func:`fednsl.registry.headline_of`), else the newest losses; "" before any is known."""
     from fednsl.registry import headline_of
 
     parts = []

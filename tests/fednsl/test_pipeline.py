@@ -18,18 +18,18 @@ from fednsl.cli.main import cli
 from fednsl.cli.result import lookup
 from fednsl.config import dump_config
 from fednsl.pipeline import peak_rss_mb, train
-from fednsl.registry import METHOD_TABLE, headline_of
+from fednsl.registry import METHODS, headline_of
 from rules.measures import count_bodies
 from rules.store import RuleStore
 from tests.fednsl.federation.tiny_configs import TINY, tiny
 
 
 def test_every_method_has_a_tiny_config() -> None:
-    assert set(METHOD_TABLE) <= set(TINY)
+    assert set(METHODS.names()) <= set(TINY)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", sorted(METHOD_TABLE))
+@pytest.mark.parametrize("method", METHODS.names())
 def test_declared_headline_keys_are_in_the_summary(method: str, tmp_path: Path) -> None:
     """What `fednsl train` ends with exists: every declared metric and reference resolves to a number."""
     config = tiny(method)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -25,7 +27,9 @@ def test_shipped_configs_use_the_registered_spelling() -> None:
     assert methods and {f: m for f, m in methods.items() if m not in names} == {}
 
 
-@pytest.mark.parametrize("alias, name", [("ts_fedavg", "ts-fedavg"), ("CP_IFCA", "cp-ifca"), ("fednsl_gmm", "fednsl-gmm")])
+@pytest.mark.parametrize(
+    "alias, name", [("ts_fedavg", "ts-fedavg"), ("CP_IFCA", "cp-ifca"), ("fednsl_gmm", "fednsl-gmm")]
+)
 def test_snake_case_is_an_alias(alias: str, name: str) -> None:
     methods = load_methods()
     assert alias in methods and methods.get(alias) is methods.get(name)
@@ -33,15 +37,34 @@ def test_snake_case_is_an_alias(alias: str, name: str) -> None:
         methods.get("ts_fedavgg")
 
 
-# --- the method table: lazy loading, headlines, engines ---------------------------------------------------------
-def test_method_table_lists_every_registered_method_with_its_module() -> None:
-    from fednsl.registry import METHOD_TABLE
+# --- the entry points: lazy loading, headlines, engines ---------------------------------------------------------
+def test_every_method_is_an_entry_point_naming_its_builder() -> None:
+    """Each entry point (pyproject.toml, group fednsl.methods) names the builder its module registers under that
+    name, every registered method has one, and each declares a headline."""
+    import importlib
 
+    from fednsl.registry import method_entry_points
+
+    targets = method_entry_points()
     methods = load_methods()
-    assert set(methods.loaded()) == set(METHOD_TABLE) == set(methods.names())
-    for name, entry in METHOD_TABLE.items():
-        assert methods.get(name).build.__module__ == entry.module, name
-        assert entry.headline, f"{name} declares no headline metric"
+    assert set(methods.loaded()) == set(targets) == set(methods.names())
+    for name, target in targets.items():
+        module, _, attr = target.partition(":")
+        spec = methods.get(name)
+        assert getattr(importlib.import_module(module), attr) is spec.build, name
+        assert methods.module_of(name) == module == spec.build.__module__, name
+        assert spec.headline, f"{name} declares no headline metric"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_installed_entry_points_are_those_of_pyproject() -> None:
+    """The installed metadata is not stale (reinstall after editing the entry points: `make venv`)."""
+    import tomllib
+
+    from fednsl.registry import METHOD_ENTRY_POINTS, method_entry_points
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert method_entry_points() == project["entry-points"][METHOD_ENTRY_POINTS], "reinstall: make venv"
 
 
 def test_get_imports_only_the_methods_module() -> None:
@@ -68,10 +91,18 @@ def test_unknown_method_lists_every_name() -> None:
 
 
 def test_rule_documents_hook_resolves() -> None:
+    from fednsl.methods.fednsl.rule_documents import rule_documents
     from fednsl.registry import rule_documents_hook
 
-    assert callable(rule_documents_hook("fednsl"))
+    assert rule_documents_hook("fednsl") is rule_documents
     assert rule_documents_hook("fedavg") is None and rule_documents_hook("not-a-method") is None
+
+
+def test_headline_of_an_unknown_method_is_empty() -> None:
+    from fednsl.registry import headline_of
+
+    assert headline_of("not-a-method") == ()
+    assert [h.label for h in headline_of("fedavg")] == ["accuracy"]
 
 
 def test_engine_table_is_what_the_pipeline_accepts() -> None:

@@ -9,7 +9,7 @@ from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
 from fednsl.methods.fedavg.numeric import NumericFedAvgConfig, build_fedavg_numeric
-from fednsl.registry import build_kwargs, register_method
+from fednsl.registry import Headline, build_kwargs, register_method
 from fednsl.tasks.blobs import BlobsConfig, make_blobs_federation, mlp
 from fednsl.tasks.classifier import TorchClassifierClient
 
@@ -23,7 +23,11 @@ __all__ = [
 ]
 
 
-@register_method("fedavg", doc="FedAvg: weighted mean of client weights (McMahan et al. 2017)")
+@register_method(
+    "fedavg",
+    doc="FedAvg: weighted mean of client weights (McMahan et al. 2017)",
+    headline=(Headline("accuracy", "evaluate/accuracy"),),
+)
 def build_fedavg(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedAvgConfig, config.method_kwargs, "method_kwargs (fedavg)")
     data_cfg = build_kwargs(BlobsConfig, config.data, "data (fedavg)")

@@ -16,7 +16,13 @@ from fednsl.federation.runner import Federation
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.blobs import mlp
 from fednsl.tasks.classifier import TorchClassifierClient
-from fednsl.tasks.numeric.client import NumericClient, Predictor, client_data_summary, softmax_predictor
+from fednsl.tasks.numeric.client import (
+    NUMERIC_HEADLINE,
+    NumericClient,
+    Predictor,
+    client_data_summary,
+    softmax_predictor,
+)
 from fednsl.tasks.numeric.data import NumericClientData, NumericDataConfig, make_numeric_federation
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 
@@ -52,7 +58,9 @@ class NumericFedAvgClient(NumericClient, TorchClassifierClient):
     evaluate = NumericClient.evaluate
 
 
-@register_method("fedavg-numeric", doc="FedAvg on the FedNSL numerical experiment (fifth baseline)")
+@register_method(
+    "fedavg-numeric", doc="FedAvg on the FedNSL numerical experiment (fifth baseline)", headline=NUMERIC_HEADLINE
+)
 def build_fedavg_numeric(config: RunConfig) -> Federation:
     cfg = build_kwargs(NumericFedAvgConfig, config.method_kwargs, "method_kwargs (fedavg-numeric)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (fedavg-numeric)")

@@ -15,8 +15,9 @@ from fednsl.federation.runner import Federation
 from fednsl.methods.fednsl.client import FedNSLClient
 from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, GeneratorOptions
 from fednsl.methods.fednsl.data import FedNSLData, build_data
+from fednsl.methods.fednsl.rule_documents import rule_documents
 from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_ranks, rule_recall
-from fednsl.registry import build_kwargs, register_method
+from fednsl.registry import Headline, build_kwargs, register_method
 from kg.split import partition_stats
 
 __all__ = [
@@ -41,7 +42,13 @@ def parse_config(config: RunConfig) -> tuple[FedNSLConfig, FedNSLDataConfig]:
 
 
 @register_method(
-    "fednsl", doc="FedNSL: federated rule learning with a global rule prior and local posteriors (Xing et al. 2024)"
+    "fednsl",
+    doc="FedNSL: federated rule learning with a global rule prior and local posteriors (Xing et al. 2024)",
+    headline=(
+        Headline("seen F1", "evaluate/seen_f1", "evaluate/backbone_seen_f1", "backbone"),
+        Headline("unseen F1", "evaluate/unseen_f1", "evaluate/backbone_unseen_f1", "backbone"),
+    ),
+    rule_documents=rule_documents,
 )
 def build_fednsl(config: RunConfig) -> Federation:
     cfg, data_cfg = parse_config(config)

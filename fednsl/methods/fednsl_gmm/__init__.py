@@ -9,7 +9,7 @@ from fednsl.methods.fednsl_gmm.config import FedNSLGMMConfig
 from fednsl.methods.fednsl_gmm.gmm import GMM, init_from_posteriors, log_responsibilities, m_step, sufficient_stats
 from fednsl.methods.fednsl_gmm.strategy import FedNSLGMMStrategy
 from fednsl.registry import build_kwargs, register_method
-from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.client import NUMERIC_HEADLINE, client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 
 __all__ = [
@@ -27,7 +27,11 @@ __all__ = [
 ]
 
 
-@register_method("fednsl-gmm", doc="FedNSL numeric variant: server 3-GMM prior by federated EM, client MLP + KL")
+@register_method(
+    "fednsl-gmm",
+    doc="FedNSL numeric variant: server 3-GMM prior by federated EM, client MLP + KL",
+    headline=NUMERIC_HEADLINE,
+)
 def build_fednsl_gmm(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedNSLGMMConfig, config.method_kwargs, "method_kwargs (fednsl-gmm)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (fednsl-gmm)")

@@ -22,7 +22,7 @@ from fednsl.federation.runner import Federation
 from fednsl.methods.fednsl_kg.client import FedNSLKGClient
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, KGDataConfig, resolve_source
 from fednsl.methods.fednsl_kg.strategy import FedNSLKGStrategy
-from fednsl.registry import build_kwargs, register_method
+from fednsl.registry import Headline, build_kwargs, register_method
 from kg.kg_sources import load_kg
 from kg.linkpred import known_answers
 from kg.triples import KnowledgeGraph
@@ -64,6 +64,7 @@ def load_parts(data: KGDataConfig, seed: int) -> tuple[list[KnowledgeGraph], lis
     "fednsl-kg",
     doc="FedNSL on knowledge graphs: rule generator + RNNLogic-style predictor, V-EM, "
     "filtered link prediction (centralised or federated)",
+    headline=(Headline("test MRR", "test_mrr"), Headline("Hits@10", "test_hits@10")),
 )
 def build_fednsl_kg(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedNSLKGConfig, config.method_kwargs, "method_kwargs (fednsl-kg)")

@@ -18,7 +18,7 @@ from fednsl.methods.fedstl.cluster_id import alignment_losses, assign, cluster_i
 from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.methods.fedstl.strategy import FedSTLStrategy
 from fednsl.registry import build_kwargs, register_method
-from fednsl.tasks.timeseries.federated import make_clients, ts_setup
+from fednsl.tasks.timeseries.federated import FORECAST_HEADLINE, make_clients, ts_setup
 from fednsl.tasks.timeseries.properties import has_band
 
 __all__ = [
@@ -33,7 +33,11 @@ __all__ = [
 ]
 
 
-@register_method("fedstl", doc="FedSTL: STL-property clustering + logic-regularised personalised FL (An et al. 2024)")
+@register_method(
+    "fedstl",
+    doc="FedSTL: STL-property clustering + logic-regularised personalised FL (An et al. 2024)",
+    headline=FORECAST_HEADLINE,
+)
 def build_fedstl(config: RunConfig) -> Federation:
     cfg = build_kwargs(FedSTLConfig, config.method_kwargs, "method_kwargs (fedstl)")
     setup = ts_setup(config, cfg)

@@ -20,7 +20,7 @@ from fednsl.methods.kifl.fitted import KnowledgeFitter
 from fednsl.methods.kifl.knowledge import km_from_spec
 from fednsl.methods.kifl.models import build_model
 from fednsl.methods.kifl.strategy import KIFLStrategy
-from fednsl.registry import build_kwargs, register_method
+from fednsl.registry import Headline, build_kwargs, register_method
 from kg.seeding import derive_seed
 
 __all__ = [
@@ -146,7 +146,11 @@ def build_kifl_federation(
     return Federation(KIFLStrategy(init, cfg), clients, summary)
 
 
-@register_method("kifl", doc="Knowledge-injected FL: FedAvg through T_{λ,g_p,g_r} per client (Fan et al. 2022)")
+@register_method(
+    "kifl",
+    doc="Knowledge-injected FL: FedAvg through T_{λ,g_p,g_r} per client (Fan et al. 2022)",
+    headline=(Headline("accuracy", "evaluate/accuracy"), Headline("rule violations (POV)", "evaluate/pov")),
+)
 def build_kifl(config: RunConfig) -> Federation:
     cfg = build_kwargs(KIFLConfig, config.method_kwargs, "method_kwargs (kifl)")
     dcfg = build_kwargs(KIFLDataConfig, config.data, "data (kifl)")

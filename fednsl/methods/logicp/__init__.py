@@ -27,6 +27,7 @@ from fednsl.methods.logicp.client import LogiCPClient
 from fednsl.methods.logicp.config import LogiCPConfig
 from fednsl.methods.logicp.correction import conflicts, correct, validate
 from fednsl.methods.logicp.data import logicp_setup
+from fednsl.methods.logicp.federated_cp import CONFORMAL_HEADLINE
 from fednsl.methods.logicp.losses import LossWeights, cp_loss, logicp_loss, mse_loss, stl_loss
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.methods.logicp.strategy import LogiCPStrategy, PublicData
@@ -55,7 +56,11 @@ __all__ = [
 ]
 
 
-@register_method("logicp", doc="LogiCP: STL clustering + per-cluster federated conformal prediction (He et al. 2026)")
+@register_method(
+    "logicp",
+    doc="LogiCP: STL clustering + per-cluster federated conformal prediction (He et al. 2026)",
+    headline=CONFORMAL_HEADLINE,
+)
 def build_logicp(config: RunConfig) -> Federation:
     cfg = build_kwargs(LogiCPConfig, config.method_kwargs, "method_kwargs (logicp)")
     setup = logicp_setup(config, cfg)

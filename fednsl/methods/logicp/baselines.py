@@ -36,6 +36,7 @@ from fednsl.federation.runner import Federation
 from fednsl.methods.logicp.calibration import SCALE_MODES
 from fednsl.methods.logicp.data import logicp_setup
 from fednsl.methods.logicp.federated_cp import (
+    CONFORMAL_HEADLINE,
     CONFORMAL_METRICS,
     TRIVIAL_REGION,
     ClusterConformal,
@@ -47,7 +48,7 @@ from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.timeseries.clients import TSIFCAClient, unpack_models
 from fednsl.tasks.timeseries.configs import TSIFCAConfig
-from fednsl.tasks.timeseries.federated import ForecastClient, TSTrainConfig, make_clients
+from fednsl.tasks.timeseries.federated import FORECAST_HEADLINE, ForecastClient, TSTrainConfig, make_clients
 from fednsl.tasks.timeseries.models import Forecaster, RecurrentForecaster
 from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 from fednsl.tasks.timeseries.training import minibatches, predict
@@ -184,7 +185,11 @@ class CPIFCAStrategy(ClusterConformal, TSIFCAStrategy):
         self.load_conformal_state(state["conformal"])
 
 
-@register_method("cp-ifca", doc="CP-IFCA: IFCA + per-cluster federated conformal prediction (LogiCP baseline)")
+@register_method(
+    "cp-ifca",
+    doc="CP-IFCA: IFCA + per-cluster federated conformal prediction (LogiCP baseline)",
+    headline=CONFORMAL_HEADLINE,
+)
 def build_cp_ifca(config: RunConfig) -> Federation:
     cfg = build_kwargs(CPIFCAConfig, config.method_kwargs, "method_kwargs (cp-ifca)")
     setup = logicp_setup(config, cfg)
@@ -370,7 +375,11 @@ class TSFedBayesClient(ForecastClient):
                     p.copy_(torch.as_tensor(state[key][k]))
 
 
-@register_method("ts-fedbayes", doc="Fed-Bayes for forecasters: pFedBayes on a Bayesian output layer (LogiCP baseline)")
+@register_method(
+    "ts-fedbayes",
+    doc="Fed-Bayes for forecasters: pFedBayes on a Bayesian output layer (LogiCP baseline)",
+    headline=FORECAST_HEADLINE,
+)
 def build_ts_fedbayes(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSFedBayesConfig, config.method_kwargs, "method_kwargs (ts-fedbayes)")
     setup = logicp_setup(config, cfg)

@@ -31,11 +31,19 @@ from fednsl.methods.logicp.calibration import (
     subsample_calibration,
 )
 from fednsl.methods.logicp.splits import SplitConfig
+from fednsl.registry import Headline
+from fednsl.tasks.timeseries.federated import FORECAST_HEADLINE
 from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.training import predict
 from rules.conformal import coverage, interval_width
 
 CONFORMAL_METRICS = ("cov_joint", "cov_step", "s_cov_joint", "s_cov_step", "width", "width_orig", "qhat_finite")
+#: what ``fednsl train`` ends with for federated conformal prediction (logicp, cp-ifca): the joint coverage
+#: against the target 1 − α, then the test MSE
+CONFORMAL_HEADLINE = (
+    Headline("coverage", "evaluate/cov_joint", "config:method_kwargs.alpha", "target", 0.1, complement=True),
+    FORECAST_HEADLINE[0],
+)
 #: Request flag standing for Q̂ = +∞ (infeasible ranks): arrays on the wire must be finite.
 TRIVIAL_REGION = "qhat_trivial"
 

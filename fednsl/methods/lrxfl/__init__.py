@@ -12,7 +12,7 @@ from fednsl.methods.lrxfl.len import EntropyLinear, entropy_logic_loss, len_outp
 from fednsl.methods.lrxfl.logic import ConceptSpace, f1_macro, f1_macro_from_counts, join, term_table
 from fednsl.methods.lrxfl.strategy import LRXFLStrategy, beam_search, select_clients
 from fednsl.registry import build_kwargs, register_method
-from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.client import NUMERIC_HEADLINE, client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 
 __all__ = [
@@ -36,7 +36,11 @@ __all__ = [
 ]
 
 
-@register_method("lrxfl", doc="LR-XFL: logic-rule-weighted aggregation of entropy LENs (Zhang et al. 2024), numeric")
+@register_method(
+    "lrxfl",
+    doc="LR-XFL: logic-rule-weighted aggregation of entropy LENs (Zhang et al. 2024), numeric",
+    headline=NUMERIC_HEADLINE,
+)
 def build_lrxfl(config: RunConfig) -> Federation:
     cfg = build_kwargs(LRXFLConfig, config.method_kwargs, "method_kwargs (lrxfl)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (lrxfl)")

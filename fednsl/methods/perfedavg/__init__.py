@@ -9,14 +9,18 @@ from fednsl.methods.perfedavg.client import PerFedAvgClient, hessian_vector_prod
 from fednsl.methods.perfedavg.config import PerFedAvgConfig
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.blobs import mlp
-from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.client import NUMERIC_HEADLINE, client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 
 __all__ = ["PerFedAvgClient", "PerFedAvgConfig", "build_perfedavg", "hessian_vector_product", "maml_step"]
 
 
-@register_method("perfedavg", doc="Per-FedAvg: MAML personalised FL (Fallah et al. 2020), numeric experiment")
+@register_method(
+    "perfedavg",
+    doc="Per-FedAvg: MAML personalised FL (Fallah et al. 2020), numeric experiment",
+    headline=NUMERIC_HEADLINE,
+)
 def build_perfedavg(config: RunConfig) -> Federation:
     cfg = build_kwargs(PerFedAvgConfig, config.method_kwargs, "method_kwargs (perfedavg)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (perfedavg)")

@@ -8,14 +8,18 @@ from fednsl.federation.runner import Federation
 from fednsl.methods.pfedbayes.client import PFedBayesClient, global_copy_loss, personal_loss
 from fednsl.methods.pfedbayes.config import PFedBayesConfig
 from fednsl.registry import build_kwargs, register_method
-from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.client import NUMERIC_HEADLINE, client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 
 __all__ = ["PFedBayesClient", "PFedBayesConfig", "bnn", "build_pfedbayes", "global_copy_loss", "personal_loss"]
 
 
-@register_method("pfedbayes", doc="pFedBayes: variational Bayesian personalised FL (Zhang et al. 2022), numeric")
+@register_method(
+    "pfedbayes",
+    doc="pFedBayes: variational Bayesian personalised FL (Zhang et al. 2022), numeric",
+    headline=NUMERIC_HEADLINE,
+)
 def build_pfedbayes(config: RunConfig) -> Federation:
     cfg = build_kwargs(PFedBayesConfig, config.method_kwargs, "method_kwargs (pfedbayes)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (pfedbayes)")

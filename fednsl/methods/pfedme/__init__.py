@@ -10,7 +10,7 @@ from fednsl.methods.pfedme.config import PFedMeConfig
 from fednsl.methods.pfedme.update import moreau_inner_step, moreau_outer_step
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.blobs import mlp
-from fednsl.tasks.numeric.client import client_data_summary
+from fednsl.tasks.numeric.client import NUMERIC_HEADLINE, client_data_summary
 from fednsl.tasks.numeric.data import NumericDataConfig, make_numeric_federation
 from fednsl.tasks.numeric.strategy import NumericWeightsStrategy
 
@@ -24,7 +24,11 @@ __all__ = [
 ]
 
 
-@register_method("pfedme", doc="pFedMe: Moreau-envelope personalised FL (Dinh et al. 2020), numeric experiment")
+@register_method(
+    "pfedme",
+    doc="pFedMe: Moreau-envelope personalised FL (Dinh et al. 2020), numeric experiment",
+    headline=NUMERIC_HEADLINE,
+)
 def build_pfedme(config: RunConfig) -> Federation:
     cfg = build_kwargs(PFedMeConfig, config.method_kwargs, "method_kwargs (pfedme)")
     data_cfg = build_kwargs(NumericDataConfig, config.data, "data (pfedme)")

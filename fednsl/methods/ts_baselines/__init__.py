@@ -22,7 +22,7 @@ from fednsl.tasks.timeseries.configs import (
     TSFedRepConfig,
     TSIFCAConfig,
 )
-from fednsl.tasks.timeseries.federated import TSSetup, TSTrainConfig, make_clients, ts_setup
+from fednsl.tasks.timeseries.federated import FORECAST_HEADLINE, TSSetup, TSTrainConfig, make_clients, ts_setup
 from fednsl.tasks.timeseries.strategies import TSAverageStrategy, TSIFCAStrategy
 
 __all__ = [
@@ -51,7 +51,9 @@ def _summary(setup: TSSetup, clients: dict) -> dict:
     return {**setup.summary(), "train_examples": int(sum(c.num_examples for c in clients.values()))}
 
 
-@register_method("ts-fedavg", doc="FedAvg for forecasters (McMahan et al. 2017); FedSTL Table 2 baseline")
+@register_method(
+    "ts-fedavg", doc="FedAvg for forecasters (McMahan et al. 2017); FedSTL Table 2 baseline", headline=FORECAST_HEADLINE
+)
 def build_ts_fedavg(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSFedAvgConfig, config.method_kwargs, "method_kwargs (ts-fedavg)")
     setup = ts_setup(config, cfg)
@@ -60,7 +62,9 @@ def build_ts_fedavg(config: RunConfig) -> Federation:
     return Federation(TSAverageStrategy(init, cfg, config.rounds), clients, _summary(setup, clients))
 
 
-@register_method("ts-fedprox", doc="FedProx for forecasters (Li et al. 2020): proximal local objective")
+@register_method(
+    "ts-fedprox", doc="FedProx for forecasters (Li et al. 2020): proximal local objective", headline=FORECAST_HEADLINE
+)
 def build_ts_fedprox(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSFedProxConfig, config.method_kwargs, "method_kwargs (ts-fedprox)")
     setup = ts_setup(config, cfg)
@@ -69,7 +73,11 @@ def build_ts_fedprox(config: RunConfig) -> Federation:
     return Federation(TSAverageStrategy(init, cfg, config.rounds, {"mu": cfg.mu}), clients, _summary(setup, clients))
 
 
-@register_method("ts-fedrep", doc="FedRep for forecasters (Collins et al. 2021): shared body, private head")
+@register_method(
+    "ts-fedrep",
+    doc="FedRep for forecasters (Collins et al. 2021): shared body, private head",
+    headline=FORECAST_HEADLINE,
+)
 def build_ts_fedrep(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSFedRepConfig, config.method_kwargs, "method_kwargs (ts-fedrep)")
     setup = ts_setup(config, cfg)
@@ -81,7 +89,9 @@ def build_ts_fedrep(config: RunConfig) -> Federation:
     )
 
 
-@register_method("ts-ditto", doc="Ditto for forecasters (Li et al. 2021): regularised personal models")
+@register_method(
+    "ts-ditto", doc="Ditto for forecasters (Li et al. 2021): regularised personal models", headline=FORECAST_HEADLINE
+)
 def build_ts_ditto(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSDittoConfig, config.method_kwargs, "method_kwargs (ts-ditto)")
     setup = ts_setup(config, cfg)
@@ -94,7 +104,9 @@ def build_ts_ditto(config: RunConfig) -> Federation:
     return Federation(TSAverageStrategy(init, cfg, config.rounds, extra), clients, _summary(setup, clients))
 
 
-@register_method("ts-ifca", doc="IFCA for forecasters (Ghosh et al. 2020); reports IFCA and IFCA-S rows")
+@register_method(
+    "ts-ifca", doc="IFCA for forecasters (Ghosh et al. 2020); reports IFCA and IFCA-S rows", headline=FORECAST_HEADLINE
+)
 def build_ts_ifca(config: RunConfig) -> Federation:
     cfg = build_kwargs(TSIFCAConfig, config.method_kwargs, "method_kwargs (ts-ifca)")
     setup = ts_setup(config, cfg)

@@ -21,11 +21,18 @@ import torch
 
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Client, Metrics, handles
+from fednsl.registry import Headline
 from fednsl.tasks.numeric.data import NumericClientData, NumericDataConfig, level_name
 
 Predictor = Callable[[torch.Tensor], torch.Tensor]  # x (n, D) float32 → class probabilities (n, K)
 
 BASE_EVAL_METRICS = ("num_examples", "train_acc_given", "train_acc_true", "train_loss_given")
+#: what ``fednsl train`` ends with for a method on this experiment: the two numbers its bench compares
+#: (bench/numeric.py); the methods pass it to ``@register_method(headline=...)``
+NUMERIC_HEADLINE = (
+    Headline("train acc (given labels)", "evaluate/train_acc_given"),
+    Headline("unseen acc", "evaluate/unseen_acc_h0"),
+)
 
 
 def eval_metric_names(cfg: NumericDataConfig) -> tuple[str, ...]:

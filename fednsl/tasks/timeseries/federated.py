@@ -30,7 +30,7 @@ from fednsl.common.torch_utils import torch_threads
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Client, Metrics, SchemaSource, Stage, Strategy
-from fednsl.registry import build_kwargs
+from fednsl.registry import Headline, build_kwargs
 from fednsl.tasks.timeseries.baselines import NAIVE
 from fednsl.tasks.timeseries.data import PERIOD, ClientSeries, TSData, TSDataConfig, load_timeseries
 from fednsl.tasks.timeseries.models import Forecaster, ModelConfig, build_forecaster
@@ -55,6 +55,12 @@ EVAL_METRICS = (
     "cluster",
 )
 EVAL_SCHEMA = Schema(metrics=EVAL_METRICS)
+#: what ``fednsl train`` ends with for a forecaster: the test MSE against the naive seasonal forecast, and STL
+#: property satisfaction (``@register_method(headline=...)`` of the forecasting methods)
+FORECAST_HEADLINE = (
+    Headline("test MSE", "evaluate/mse", "evaluate/naive_mean_mse", "naive forecast"),
+    Headline("property satisfaction ρ%", "evaluate/rho", "evaluate/naive_mean_rho", "naive"),
+)
 SPLITS = ("train", "val", "test")
 
 
