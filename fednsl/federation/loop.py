@@ -49,7 +49,7 @@ class Federation:
     """What a method builder returns: one strategy, its clients, and a data summary."""
 
     strategy: Strategy
-    clients: dict[str, Client]
+    clients: Mapping[str, Client]  # Mapping (covariant): a builder's dict of its own client class fits
     summary: dict[str, Any] = field(default_factory=dict)
 
 

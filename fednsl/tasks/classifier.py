@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,28 +21,7 @@ class TorchClassifierClient(Client):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        set_weights(self.model, msg.arrays)
-        gen = torch.Generator().manual_seed(msg.config_int("seed"))
-        opt = torch.optim.SGD(self.model.parameters(), lr=msg.config_float("lr"))
-        x, y = torch.from_numpy(self.data.x_train), torch.from_numpy(self.data.y_train)
-        bs = msg.config_int("batch_size")
-        total, seen = 0.0, 0
-        self.model.train()
-        for _ in range(msg.config_int("local_epochs")):
-            order = torch.randperm(len(y), generator=gen)
-            for start in range(0, len(y), bs):
-                idx = order[start : start + bs]
-                opt.zero_grad()
-                loss = self.loss_fn(self.model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
-                total += loss.item() * len(idx)
-                seen += len(idx)
-        return msg.reply(
-            self.cid,
-            arrays=get_weights(self.model),
-            metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)},
-        )
+        return local_sgd(self.cid, self.model, self.loss_fn, self.data.x_train, self.data.y_train, msg)
 
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
@@ -53,3 +33,31 @@ class TorchClassifierClient(Client):
             loss = float(self.loss_fn(logits, y))
             acc = float((logits.argmax(1) == y).float().mean())
         return msg.reply(self.cid, metrics={"num_examples": len(y), "loss": loss, "accuracy": acc})
+
+
+def local_sgd(
+    cid: str, model: nn.Module, loss_fn: nn.Module, x_train: np.ndarray, y_train: np.ndarray, msg: Message
+) -> Message:
+    """FedAvg's local update: from the sent weights, ``local_epochs`` epochs of minibatch SGD; the reply."""
+    set_weights(model, msg.arrays)
+    gen = torch.Generator().manual_seed(msg.config_int("seed"))
+    opt = torch.optim.SGD(model.parameters(), lr=msg.config_float("lr"))
+    x, y = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    bs = msg.config_int("batch_size")
+    total, seen = 0.0, 0
+    model.train()
+    for _ in range(msg.config_int("local_epochs")):
+        order = torch.randperm(len(y), generator=gen)
+        for start in range(0, len(y), bs):
+            idx = order[start : start + bs]
+            opt.zero_grad()
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+            seen += len(idx)
+    return msg.reply(
+        cid,
+        arrays=get_weights(model),
+        metrics={"num_examples": len(y), "train_loss": total / max(seen, 1)},
+    )

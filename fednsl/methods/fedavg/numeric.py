@@ -1,21 +1,24 @@
 """FedAvg on the numeric experiment: the fifth baseline (spec §3 assumption), built from fednsl.methods.fedavg.
 
-Clients run :class:`~fednsl.tasks.classifier.TorchClassifierClient`'s local SGD on the given labels; the
-server is :class:`~fednsl.common.fedavg.FedAvgStrategy`'s weighted mean; every client deploys the
-global model.
+Clients run TorchClassifierClient's local SGD (:func:`~fednsl.tasks.classifier.local_sgd`) on the given labels;
+the server is :class:`~fednsl.common.fedavg.FedAvgStrategy`'s weighted mean; every client deploys the global
+model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import nn
+
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
+from fednsl.federation.roles import handles
 from fednsl.federation.runner import Federation
 from fednsl.registry import build_kwargs, register_method
 from fednsl.tasks.blobs import mlp
-from fednsl.tasks.classifier import TorchClassifierClient
+from fednsl.tasks.classifier import local_sgd
 from fednsl.tasks.numeric.client import (
     NUMERIC_HEADLINE,
     NumericClient,
@@ -43,19 +46,23 @@ class NumericFedAvgConfig:
     server_lr: float = 1.0
 
 
-class NumericFedAvgClient(NumericClient, TorchClassifierClient):
-    """TorchClassifierClient's train; deploys the global weights it is sent for evaluation."""
+class NumericFedAvgClient(NumericClient):
+    """TorchClassifierClient's train (:func:`~fednsl.tasks.classifier.local_sgd`); deploys the global weights it
+    is sent for evaluation (NumericClient's evaluate)."""
 
     def __init__(self, cid: str, data: NumericClientData, hidden: int, classes: int):
-        TorchClassifierClient.__init__(self, cid, data, mlp(data.x_train.shape[1], hidden, classes, seed=0))
-        NumericClient.__init__(self, cid, data)
+        self.model = mlp(data.x_train.shape[1], hidden, classes, seed=0)
+        self.loss_fn = nn.CrossEntropyLoss()
+        super().__init__(cid, data)
+
+    @handles("train")
+    def train(self, msg: Message) -> Message:
+        return local_sgd(self.cid, self.model, self.loss_fn, self.data.x_train, self.data.y_train, msg)
 
     def deployed(self, msg: Message) -> Predictor:
         set_weights(self.model, msg.arrays)
         self.model.eval()
         return softmax_predictor(self.model)
-
-    evaluate = NumericClient.evaluate
 
 
 @register_method(

@@ -41,7 +41,7 @@ class FedSTLClient(ForecastClient):
 
     @handles("share")
     def share(self, msg: Message) -> Message:
-        idx = shared_sample(self.num_examples, float(msg.config["shared_fraction"]), int(msg.config["seed"]))
+        idx = shared_sample(self.num_examples, msg.config_float("shared_fraction"), msg.config_int("seed"))
         return msg.reply(
             self.cid,
             arrays={"x_s": self.data.x_train[idx], "y_s": self.data.y_train[idx], "property": self.prop.vector()},
@@ -66,7 +66,7 @@ class FedSTLClient(ForecastClient):
     def train(self, msg: Message) -> Message:
         c = msg.config
         self._load_cluster(msg.arrays)
-        obj = self.objective(float(c["lam"]), str(c["lp"]))
+        obj = self.objective(msg.config_float("lam"), str(c["lp"]))
         lp_before = self._lp(str(c["lp"]))
         loss = sgd_epochs(self.model, self.x, self.y, gen=self.seed_generator(msg), objective=obj, **sgd_kwargs(c))
         self.local = get_weights(self.model)
@@ -89,8 +89,8 @@ class FedSTLClient(ForecastClient):
             set_weights(self.model, self.local)
         else:
             self._load_cluster(msg.arrays)
-        out = self.evaluation(self.model, msg.config.get("split"), cluster_model=cluster)
-        return msg.reply(self.cid, metrics={**out, "cluster": int(msg.config["cluster"])})
+        out = self.evaluation(self.model, msg.config_str("split"), cluster_model=cluster)
+        return msg.reply(self.cid, metrics={**out, "cluster": msg.config_int("cluster")})
 
     def _clone(self) -> torch.nn.Module:
         return copy.deepcopy(self.model)

@@ -39,7 +39,7 @@ from fednsl.methods.fedstl.config import FedSTLConfig
 from fednsl.tasks.timeseries.federated import TSStrategy
 from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.properties import ClientProperty, band_loss, mine_property, property_loss, stack_bands
-from fednsl.tasks.timeseries.training import sgd_epochs
+from fednsl.tasks.timeseries.training import Objective, sgd_epochs
 from kg.seeding import derive_seed
 from rules import stl
 
@@ -207,20 +207,27 @@ class FedSTLStrategy(TSStrategy):
         cfg = self.cfg
         lam, lp = cfg.lam, cfg.lp
         aux: tuple[torch.Tensor, ...] = ()
+        objective: Objective
         if cfg.cluster_property == "cluster":
             prop = mine_property(self.template, y.numpy())
 
-            def objective(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            def cluster_objective(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
                 mse = (p - t).pow(2).mean()
                 return mse + lam * property_loss(p, prop, lp) if lam else mse
+
+            objective = cluster_objective
         else:  # each sample under its owner's band
             lo, up = stack_bands([self.prop(c) for c in members])
             sizes = torch.tensor([len(self.samples[c][1]) for c in members])
             aux = (lo.repeat_interleave(sizes, 0), up.repeat_interleave(sizes, 0))
 
-            def objective(p: torch.Tensor, t: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+            def band_objective(
+                p: torch.Tensor, t: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor
+            ) -> torch.Tensor:
                 mse = (p - t).pow(2).mean()
                 return mse + lam * band_loss(p, lower, upper, lp) if lam else mse
+
+            objective = band_objective
 
         net = self.net
         set_weights(net, self.models[j])

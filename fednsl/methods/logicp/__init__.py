@@ -18,6 +18,8 @@ Data (``data:``): every dataset of :mod:`fednsl.tasks.timeseries.data` plus ``ct
 
 from __future__ import annotations
 
+import torch
+
 from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
@@ -56,6 +58,13 @@ __all__ = [
 ]
 
 
+def _public_part(client: LogiCPClient) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A client's D^pub windows ``x, y`` and its band ``lower, upper (1, H)`` (server-side cluster training)."""
+    x, y = client.part("public")
+    lower, upper = client.prop.need_band("LogiCP's server-side cluster training")
+    return x, y, lower[None], upper[None]
+
+
 @register_method(
     "logicp",
     doc="LogiCP: STL clustering + per-cluster federated conformal prediction (He et al. 2026)",
@@ -81,9 +90,7 @@ def build_logicp(config: RunConfig) -> Federation:
     probe = setup.new_model(setup.model_seed("global"))
     public = None
     if cfg.cluster_training == "server":  # D^pub is published to the server once (Alg. 1 line 27)
-        public = PublicData(
-            {cid: (*c.part("public"), c.prop.lower[None], c.prop.upper[None]) for cid, c in clients.items()}
-        )
+        public = PublicData({cid: _public_part(c) for cid, c in clients.items()})
     strategy = LogiCPStrategy(
         get_weights(probe),
         cfg,

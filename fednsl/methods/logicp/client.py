@@ -145,12 +145,12 @@ class LogiCPClient(ConformalClient, ForecastClient):
         """Alg. 1 lines 31 and 33: load the pushed encoder, then score the candidate cluster models."""
         self._load_push(msg)
         c = msg.config
-        k = int(c["num_candidates"])
+        k = msg.config_int("num_candidates")
         measure = str(c["measure"])
         x, y = self.part(str(c.get("split", "train")))
-        cap = c.get("max_samples")
-        if cap is not None and len(y) > int(cap):
-            keep = torch.from_numpy(np.unique(np.linspace(0, len(y) - 1, int(cap)).round().astype(np.int64)))
+        cap = None if c.get("max_samples") is None else msg.config_int("max_samples")
+        if cap is not None and len(y) > cap:
+            keep = torch.from_numpy(np.unique(np.linspace(0, len(y) - 1, cap).round().astype(np.int64)))
             x, y = x[keep], y[keep]
         scores = np.zeros(k)
         if measure != "none":
@@ -179,7 +179,7 @@ class LogiCPClient(ConformalClient, ForecastClient):
         pred = predict(model, x)
         if self.band and qhat is not None:
             q = torch.as_tensor(np.asarray(qhat), dtype=pred.dtype)
-            lo, up = self.prop.lower, self.prop.upper
+            lo, up = self.prop.need_band("the runtime correction")  # self.band: both bounds are set
             for prefix, prio in (("t_", "cp"), ("tstl_", "stl")):
                 out.update(
                     forecast_metrics(correct(pred, q, lo, up, prio), y, self.prop, self.data.scale, prefix=prefix)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
+from fednsl.federation.records import ConfigValue
 from fednsl.federation.runner import Federation
 from fednsl.methods.perfedavg.client import PerFedAvgClient, hessian_vector_product, maml_step
 from fednsl.methods.perfedavg.config import PerFedAvgConfig
@@ -27,7 +28,7 @@ def build_perfedavg(config: RunConfig) -> Federation:
     parts = make_numeric_federation(data_cfg, config.seed)
     init = get_weights(mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=config.seed))
     clients = {cid: PerFedAvgClient(cid, d, cfg.hidden, data_cfg.classes) for cid, d in parts.items()}
-    train_cfg = {
+    train_cfg: dict[str, ConfigValue] = {
         "alpha": cfg.alpha,
         "beta": cfg.beta,
         "local_steps": cfg.local_steps,

@@ -12,7 +12,7 @@ received global model (the paper's definition of the personalised model).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +66,8 @@ def hessian_vector_product(
     """∇²f(w; batch) · v by double back-propagation."""
     params = list(model.parameters())
     grads = torch.autograd.grad(loss_fn(model(batch[0]), batch[1]), params, create_graph=True)
-    dot = sum((g * vi.detach()).sum() for g, vi in zip(grads, v))
+    # a sum of one or more 0-d tensors is a tensor (``sum`` types its start value 0 in)
+    dot = cast(torch.Tensor, sum((g * vi.detach()).sum() for g, vi in zip(grads, v)))
     return [h.detach() for h in torch.autograd.grad(dot, params)]
 
 
@@ -81,15 +82,16 @@ class PerFedAvgClient(NumericClient):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        c = msg.config
         set_weights(self.model, msg.arrays)
-        stream = BatchStream(len(self.y), int(c["batch_size"]), torch.Generator().manual_seed(int(c["seed"])))
-        hf = c["variant"] == "hf"
+        stream = BatchStream(
+            len(self.y), msg.config_int("batch_size"), torch.Generator().manual_seed(msg.config_int("seed"))
+        )
+        hf = msg.config["variant"] == "hf"
         losses = []
-        for _ in range(int(c["local_steps"])):
+        for _ in range(msg.config_int("local_steps")):
             d, d1 = self._batch(stream), self._batch(stream)
             d2 = self._batch(stream) if hf else None
-            losses.append(maml_step(self.model, d, d1, d2, float(c["alpha"]), float(c["beta"])))
+            losses.append(maml_step(self.model, d, d1, d2, msg.config_float("alpha"), msg.config_float("beta")))
         return msg.reply(
             self.cid,
             arrays=get_weights(self.model),
@@ -100,13 +102,13 @@ class PerFedAvgClient(NumericClient):
         """Global weights + one step of size α on a seeded local batch."""
         set_weights(self.model, msg.arrays)
         stream = BatchStream(
-            len(self.y), int(msg.config["batch_size"]), torch.Generator().manual_seed(int(msg.config["seed"]))
+            len(self.y), msg.config_int("batch_size"), torch.Generator().manual_seed(msg.config_int("seed"))
         )
         x, y = self._batch(stream)
         params = list(self.model.parameters())
         grads = torch.autograd.grad(F.cross_entropy(self.model(x), y), params)
         with torch.no_grad():
             for p, g in zip(params, grads):
-                p.sub_(float(msg.config["alpha"]) * g)
+                p.sub_(msg.config_float("alpha") * g)
         self.model.eval()
         return softmax_predictor(self.model)

@@ -70,16 +70,15 @@ class PFedBayesClient(NumericClient):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        c = msg.config
         self._load_global(msg.arrays)
-        gen = torch.Generator().manual_seed(int(c["seed"]))
-        stream = BatchStream(len(self.y), int(c["batch_size"]), gen)
-        zeta, n_batches, eps = float(c["zeta"]), int(c["local_epochs"]), float(c["eps_std"])
+        gen = torch.Generator().manual_seed(msg.config_int("seed"))
+        stream = BatchStream(len(self.y), msg.config_int("batch_size"), gen)
+        zeta, n_batches, eps = msg.config_float("zeta"), msg.config_int("local_epochs"), msg.config_float("eps_std")
         total = 0.0
         for _ in range(n_batches):
             idx = stream.next()
             x, y = self.x[idx], self.y[idx]
-            for _ in range(int(c["personal_steps"])):
+            for _ in range(msg.config_int("personal_steps")):
                 w = bnn.sample(self.mus, self.rhos, eps, gen)
                 loss = personal_loss(
                     bnn.forward(x, w), y, self.mus, self.rhos, self.mus_v, self.rhos_v, zeta, n_batches
@@ -100,8 +99,8 @@ class PFedBayesClient(NumericClient):
 
     def deployed(self, msg: Message) -> Predictor:
         """Predictive mean of the personal posterior over ``eval_samples`` seeded weight samples."""
-        samples, eps = int(msg.config["eval_samples"]), float(msg.config["eps_std"])
-        seed = int(msg.config["seed"])
+        samples, eps = msg.config_int("eval_samples"), msg.config_float("eps_std")
+        seed = msg.config_int("seed")
 
         def predict(x: torch.Tensor) -> torch.Tensor:
             gen = torch.Generator().manual_seed(seed)

@@ -68,20 +68,21 @@ class PFedMeClient(NumericClient):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        c = msg.config
         set_weights(self.model, msg.arrays)
-        stream = BatchStream(len(self.y), int(c["batch_size"]), torch.Generator().manual_seed(int(c["seed"])))
+        stream = BatchStream(
+            len(self.y), msg.config_int("batch_size"), torch.Generator().manual_seed(msg.config_int("seed"))
+        )
         w, _, loss = pfedme_local_update(
             self.model,
             self.x,
             self.y,
             stream,
-            rounds=int(c["local_rounds"]),
-            K=int(c["K"]),
-            lr=float(c["lr"]),
-            personal_lr=float(c["personal_lr"]),
-            lamda=float(c["lamda"]),
-            mu=float(c["mu"]),
+            rounds=msg.config_int("local_rounds"),
+            K=msg.config_int("K"),
+            lr=msg.config_float("lr"),
+            personal_lr=msg.config_float("personal_lr"),
+            lamda=msg.config_float("lamda"),
+            mu=msg.config_float("mu"),
         )
         self.personal = get_weights(self.model)
         names = [n for n, _ in self.model.named_parameters()]

@@ -20,7 +20,7 @@ ground truth itself satisfies the mined property) and ``num_examples``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -273,10 +273,11 @@ def weighted_metric_means(replies: Sequence[Message] | Any, skip: Sequence[str] 
     return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
 
 
-ClientFactory = Callable[[str, ClientSeries, Forecaster], Client]
+C = TypeVar("C", bound=Client)
+ClientFactory = Callable[[str, ClientSeries, Forecaster], C]
 
 
-def make_clients(setup: TSSetup, factory: ClientFactory) -> dict[str, Client]:
+def make_clients(setup: TSSetup, factory: ClientFactory[C]) -> dict[str, C]:
     """One client per data client; client ``i``'s model is initialised from ``model_seed("client", i)``
     (its private head starts there; shared layers are overwritten by the server's)."""
     return {

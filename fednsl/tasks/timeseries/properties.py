@@ -116,15 +116,15 @@ class ClientProperty:
 
     def step_satisfied(self, pred: torch.Tensor) -> torch.Tensor:
         """Per-step ``lower_t ≤ ŷ_t ≤ upper_t`` (band templates), bool ``(B, H)`` — the FedSTL code's ρ%."""
-        lower, upper = self._need_band("step satisfaction")
+        lower, upper = self.need_band("step satisfaction")
         return (pred >= lower) & (pred <= upper)
 
     def project(self, pred: torch.Tensor) -> torch.Tensor:
         """Closest satisfying trace: ``clamp(ŷ, lower, upper)`` — FedSTL's teacher ("-T")."""
-        lower, upper = self._need_band("the teacher projection")
+        lower, upper = self.need_band("the teacher projection")
         return torch.maximum(torch.minimum(pred, upper), lower)
 
-    def _need_band(self, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def need_band(self, what: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(lower, upper)`` of a band template; any other template is a ``ValueError`` naming ``what``."""
         if self.lower is None or self.upper is None:
             raise ValueError(f"{what} needs a band template (operational_range), not {self.template.name!r}")
@@ -165,7 +165,7 @@ def band_loss(pred: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, kind
 def stack_bands(props: Sequence[ClientProperty]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(lower, upper)``, each ``(N, H)``, of band properties."""
     for p in props:
-        p._need_band("stack_bands")
+        p.need_band("stack_bands")
     return torch.stack([p.lower for p in props]), torch.stack([p.upper for p in props])  # type: ignore[misc]
 
 
