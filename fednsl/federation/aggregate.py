@@ -7,7 +7,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 
-def weighted_average(arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> dict[str, np.ndarray]:
+def weighted_average(
+    arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float] | np.ndarray
+) -> dict[str, np.ndarray]:
     """FedAvg: ``Σ_i n_i·w_i / Σ_i n_i`` per named array (McMahan et al. 2017, Alg. 1).
 
     Accumulates in float64 and casts back to each array's dtype.

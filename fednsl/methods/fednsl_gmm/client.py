@@ -67,19 +67,24 @@ class FedNSLGMMClient(NumericClient):
     def train(self, msg: Message) -> Message:
         c = msg.config
         gmm = GMM.from_arrays(msg.arrays)
-        lam = float(c["kl_weight"]) if gmm is not None else 0.0
-        log_prior = prior_log_probs(self.data.x_train, gmm, float(c["resp_floor"])) if gmm is not None else None
-        gen = torch.Generator().manual_seed(int(c["seed"]))
-        opt = torch.optim.SGD(self.model.parameters(), lr=float(c["lr"]))
-        stream = BatchStream(len(self.y), int(c["batch_size"]), gen)
-        steps = int(c["local_epochs"]) * -(-len(self.y) // stream.bs)
+        lam = msg.config_float("kl_weight") if gmm is not None else 0.0
+        log_prior = prior_log_probs(self.data.x_train, gmm, msg.config_float("resp_floor")) if gmm is not None else None
+        kl_prior = log_prior if lam > 0 else None  # lam > 0 only with a GMM, hence a prior
+        gen = torch.Generator().manual_seed(msg.config_int("seed"))
+        opt = torch.optim.SGD(self.model.parameters(), lr=msg.config_float("lr"))
+        stream = BatchStream(len(self.y), msg.config_int("batch_size"), gen)
+        steps = msg.config_int("local_epochs") * -(-len(self.y) // stream.bs)
         tot_ce = tot_kl = 0.0
         self.model.train()
         for _ in range(steps):
             idx = stream.next()
             logits = self.model(self.x[idx])
             ce = F.cross_entropy(logits, self.y[idx])
-            kl = kl_to_prior(logits, log_prior[idx], str(c["kl_direction"])).mean() if lam > 0 else torch.zeros(())
+            kl = (
+                kl_to_prior(logits, kl_prior[idx], str(c["kl_direction"])).mean()
+                if kl_prior is not None
+                else torch.zeros(())
+            )
             loss = ce + lam * kl
             opt.zero_grad()
             loss.backward()

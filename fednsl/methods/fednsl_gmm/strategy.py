@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -121,9 +121,10 @@ class FedNSLGMMStrategy(Strategy):
         }
 
     def aggregate_em(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
-        n = sum(np.asarray(r.arrays["resp_sum"], np.float64) for r in replies.values())
-        s = sum(np.asarray(r.arrays["resp_x"], np.float64) for r in replies.values())
-        ss = sum(np.asarray(r.arrays["resp_xx"], np.float64) for r in replies.values())
+        # sums of arrays over the replies (``sum`` types its start value 0 in)
+        n = cast(np.ndarray, sum(np.asarray(r.arrays["resp_sum"], np.float64) for r in replies.values()))
+        s = cast(np.ndarray, sum(np.asarray(r.arrays["resp_x"], np.float64) for r in replies.values()))
+        ss = cast(np.ndarray, sum(np.asarray(r.arrays["resp_xx"], np.float64) for r in replies.values()))
         lls = [r.metrics["loglik"] for r in replies.values() if "loglik" in r.metrics]
         self._ll = float(sum(lls) / n.sum()) if len(lls) == len(replies) else None
         self.gmm = (

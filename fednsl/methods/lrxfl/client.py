@@ -42,12 +42,11 @@ class LRXFLClient(NumericClient):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        c = msg.config
         set_weights(self.model, msg.arrays)
-        opt = torch.optim.AdamW(self.model.parameters(), lr=float(c["lr"]))
+        opt = torch.optim.AdamW(self.model.parameters(), lr=msg.config_float("lr"))
         self.model.train()
-        for _ in range(int(c["local_epochs"])):  # full-batch epochs
-            loss = len_loss(self.model, self.concepts, self.y, float(c["l1"]))
+        for _ in range(msg.config_int("local_epochs")):  # full-batch epochs
+            loss = len_loss(self.model, self.concepts, self.y, msg.config_float("l1"))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -59,10 +58,10 @@ class LRXFLClient(NumericClient):
         valid = np.zeros(self.k, dtype=bool)
         rule_acc = np.zeros(self.k)
         rule_or = np.zeros(self.k, dtype=bool)
-        if acc > float(c["logic_generation_threshold"]):
+        if acc > msg.config_float("logic_generation_threshold"):
             for t in range(self.k):
                 e = explain_class(
-                    self.model, self.bool_concepts, self.data.y_train, t, int(c["local_topk_explanations"])
+                    self.model, self.bool_concepts, self.data.y_train, t, msg.config_int("local_topk_explanations")
                 )
                 rule_or[t] = e.connector == "OR"
                 if e.table is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fednsl.methods.lrxfl.len import len_outputs
+from fednsl.methods.lrxfl.len import entropy_layer, len_outputs
 from fednsl.methods.lrxfl.logic import cell_index, f1_macro, join, term_table
 
 
@@ -45,7 +45,7 @@ def explain_class(
     val_cells = cell_index(np.concatenate([bool_concepts[keep_o], bool_concepts[keep_t]]))
     val_target = np.concatenate([np.zeros(keep_o.sum(), bool), np.ones(keep_t.sum(), bool)])
     positives = bool_concepts[keep_t]
-    layer = model[0]
+    layer = entropy_layer(model)
     mask = layer.concept_mask()[target].numpy()
     order = np.argsort(layer.alphas()[target].numpy(), kind="stable")
     retained = [int(j) for j in order if mask[j]]
@@ -75,11 +75,11 @@ def explain_class(
     neg_ratio = co_neg.sum(1).max() / rules_length if rules_length > 0 else 0.0
     connector = "OR" if trace_ratio > 0.9 or neg_ratio > 0.8 else "AND"
 
-    table, _ = _aggregate(found, topk, connector, val_cells, val_target)
-    if table is None:
+    chosen, _ = _aggregate(found, topk, connector, val_cells, val_target)
+    if chosen is None:
         return LocalExplanation(None, 0.0, connector)
     all_cells = cell_index(bool_concepts)
-    return LocalExplanation(table, f1_macro(table, all_cells, is_t), connector)
+    return LocalExplanation(chosen, f1_macro(chosen, all_cells, is_t), connector)
 
 
 def _table(literals: list[tuple[int, bool]], n_concepts: int) -> np.ndarray:

@@ -14,6 +14,7 @@ sigmoid of the scores, and the training loss is ``CrossEntropyLoss`` applied to 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -77,10 +78,16 @@ def len_outputs(model: nn.Sequential, concepts: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(model(concepts).squeeze(-1))
 
 
+def entropy_layer(model: nn.Sequential) -> EntropyLinear:
+    """The EntropyLinear layer of an Explainer (its first layer, :func:`make_len`)."""
+    return cast(EntropyLinear, model[0])
+
+
 def entropy_logic_loss(model: nn.Sequential) -> torch.Tensor:
     """−Σ α log α of the (first) EntropyLinear layer; call after a forward pass."""
-    layer = model[0]
-    return -(layer.alpha * torch.log(layer.alpha)).sum()
+    alpha = entropy_layer(model).alpha
+    assert alpha is not None, "entropy_logic_loss needs a forward pass first"
+    return -(alpha * torch.log(alpha)).sum()
 
 
 def len_loss(model: nn.Sequential, concepts: torch.Tensor, y: torch.Tensor, l1: float) -> torch.Tensor:

@@ -14,7 +14,7 @@ Scoring is LR-XFL's ``test_explanation``: scikit-learn's macro F1 of the formula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def term_table(pos: Sequence[int], neg: Sequence[int], n_concepts: int) -> np.nd
 def join(tables: Sequence[np.ndarray], connector: str) -> np.ndarray:
     """AND / OR of formulas given as truth tables."""
     stack = np.stack(tables)
-    return stack.all(0) if connector == "AND" else stack.any(0)
+    return cast(np.ndarray, stack.all(0) if connector == "AND" else stack.any(0))  # (cells,): an array
 
 
 def f1_macro_from_counts(pred: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> float:
@@ -149,9 +149,12 @@ def to_dnf(table: np.ndarray, space: ConceptSpace, raw_thresholds: Sequence[floa
                 diff = [d for d in range(len(a)) if a[d] != b[d]]
                 if len(diff) == 1:
                     d = diff[0]
-                    lo, hi = sorted([a[d], b[d]])
-                    if hi[0] <= lo[1] + 1:
-                        new = tuple((min(lo[0], hi[0]), max(lo[1], hi[1])) if k == d else a[k] for k in range(len(a)))
+                    first, second = sorted([a[d], b[d]])  # the two intervals along d
+                    if second[0] <= first[1] + 1:
+                        new = tuple(
+                            (min(first[0], second[0]), max(first[1], second[1])) if k == d else a[k]
+                            for k in range(len(a))
+                        )
                         boxes -= {a, b}
                         boxes.add(new)
                         merged = True

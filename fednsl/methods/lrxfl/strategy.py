@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -107,7 +107,8 @@ class LRXFLStrategy(Strategy):
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         ids = list(replies)
-        counts = sum(np.asarray(r.arrays["cell_counts"], np.float64) for r in replies.values())
+        # a sum of arrays over the replies (``sum`` types its start value 0 in)
+        counts = cast(np.ndarray, sum(np.asarray(r.arrays["cell_counts"], np.float64) for r in replies.values()))
         engaged_count = {cid: 0 for cid in ids}
         f1s = []
         for k in range(self.k):
@@ -117,7 +118,8 @@ class LRXFLStrategy(Strategy):
                 if bool(r.arrays["rule_valid"][k])
             }
             connectors = [("OR" if r.arrays["rule_or"][k] else "AND") for cid, r in replies.items() if cid in rules]
-            connector = max(Counter(connectors), key=Counter(connectors).get) if connectors else "AND"
+            votes = Counter(connectors)
+            connector = max(votes, key=lambda name: votes[name]) if connectors else "AND"
             groups = select_clients(rules)
             if not groups:
                 engaged = set(ids)
