@@ -83,7 +83,7 @@ def grounding_reference(federation: Any, rounds: int = 3) -> dict[str, float]:
     client = federation.clients[cid]
     table = client.tables["train"]
     pad = 2 * client.R
-    rule_sets = [strategy._sample(10_000 + k) for k in range(rounds)]
+    rule_sets = [strategy.propose(strategy.learners["global"], 10_000 + k) for k in range(rounds)]
     ours = ref = 0.0
     diff = 0.0
     bodies_total = 0
@@ -91,7 +91,7 @@ def grounding_reference(federation: Any, rounds: int = 3) -> dict[str, float]:
         cache = PhiCache(table, "graph")
         for rnd, rules in enumerate(rule_sets, start=1):
             per_triple = [(t, (a, b), rules.bodies[t][rules.mask[t]]) for t, (r, a, b) in
-                          enumerate(rules.triples.tolist()) if (a, b) in table.groups and bool(rules.mask[t].any())]
+                          enumerate(rules.heads.tolist()) if (a, b) in table.groups and bool(rules.mask[t].any())]
             bodies_total += sum(len(x[2]) for x in per_triple)
             t0 = time.process_time()
             requests: dict[tuple[int, int], list[tuple[int, ...]]] = {}

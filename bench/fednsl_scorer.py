@@ -3,7 +3,7 @@
 Ours: :func:`fednsl.methods.fednsl.scorer.scorer_objective` (the fit's objective: one φ·w product for the logits
 and Eq. 9, softmax over the bodies; its constant parts gathered per call here, once per fit in ``fit_scorer``).
 Reference, side by side: :func:`~fednsl.methods.fednsl.scorer.reference_objective`, the same loss assembled from
-:mod:`fednsl.methods.fednsl.posterior`'s per-equation functions (score_h → instance_log_posterior →
+:mod:`rules.posterior`'s per-equation functions (score_h → instance_log_posterior →
 triple_posterior → kl_divergence). Both in float64, one torch thread, value and gradient in (w, b) per evaluation;
 the difference of their losses and gradients is reported. Then one L-BFGS fit (``fit_scorer``) with its iterations.
 
@@ -25,11 +25,12 @@ import numpy as np
 import torch
 
 from bench._common import write_result
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
+from fednsl.methods.fednsl.messages import ScorerOptions
 from fednsl.methods.fednsl.scorer import Instances, fit_scorer, reference_objective, scorer_objective
+from fednsl.tasks.rule_learning import Proposal
 
 
-def dwie_shaped(cells: int, seed: int) -> tuple[Instances, RuleSet]:
+def dwie_shaped(cells: int, seed: int) -> tuple[Instances, Proposal]:
     """A random problem with the shape of a DWIE client fit (module docstring)."""
     g = np.random.default_rng(seed)
     T, J = 90, 29
@@ -40,7 +41,7 @@ def dwie_shaped(cells: int, seed: int) -> tuple[Instances, RuleSet]:
     phi = g.random((cells, J)) * (g.random((cells, J)) < 0.23) * mask[tri]
     phi[:, 0] = g.random(cells) * 0.01  # the body [r]: the backbone's own (small) value, on every cell
     y = (g.random(cells) < 0.01 + 0.5 * phi[:, 1]).astype(float)
-    rules = RuleSet(torch.zeros(T, 3, dtype=torch.long), torch.zeros(T, J, 3, dtype=torch.long),
+    rules = Proposal(torch.zeros(T, 3, dtype=torch.long), torch.zeros(T, J, 3, dtype=torch.long),
                     torch.tensor(log_t), torch.ones(T, J, dtype=torch.long) * torch.tensor(mask), torch.tensor(mask))
     return Instances(torch.tensor(phi), torch.tensor(g.random(cells)), torch.tensor(tri), torch.tensor(y)), rules
 
@@ -56,9 +57,9 @@ def main() -> None:
     inst, rules = dwie_shaped(args.cells, args.seed)
     opts = ScorerOptions(kl_weight=0.1, weight_decay=1e-5, steps=250)
     g = torch.Generator().manual_seed(args.seed)
-    w0 = (torch.rand(rules.num_triples, rules.num_bodies, generator=g, dtype=torch.float64) * 2 - 1) * rules.mask
-    b0 = torch.rand(rules.num_triples, generator=g, dtype=torch.float64) * 2 - 1
-    u0 = torch.zeros(rules.num_triples, dtype=torch.float64)
+    w0 = (torch.rand(rules.num_heads, rules.num_bodies, generator=g, dtype=torch.float64) * 2 - 1) * rules.mask
+    b0 = torch.rand(rules.num_heads, generator=g, dtype=torch.float64) * 2 - 1
+    u0 = torch.zeros(rules.num_heads, dtype=torch.float64)
     timings: dict[str, list[float]] = {"fused": [], "reference": []}
     grads: dict[str, tuple[float, torch.Tensor, torch.Tensor]] = {}
     for _ in range(args.repeats + 1):  # the first round warms up
@@ -83,7 +84,7 @@ def main() -> None:
             f"--{k} {v}" for k, v in vars(args).items()),
         "load_avg_1min": os.getloadavg()[0],
         "cells": args.cells,
-        "triples": rules.num_triples,
+        "triples": rules.num_heads,
         "bodies": rules.num_bodies,
         "ms_per_evaluation": med,
         "speedup_vs_reference": med["reference"] / med["fused"],

@@ -13,10 +13,10 @@ from __future__ import annotations
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
 from fednsl.methods.fednsl.client import FedNSLClient
-from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig, GeneratorOptions
+from fednsl.methods.fednsl.config import FedNSLConfig, FedNSLDataConfig
 from fednsl.methods.fednsl.data import FedNSLData, build_data
 from fednsl.methods.fednsl.rule_documents import rule_documents
-from fednsl.methods.fednsl.strategy import FedNSLStrategy, rule_ranks, rule_recall
+from fednsl.methods.fednsl.strategy import FedNSLStrategy
 from fednsl.registry import Headline, build_kwargs, register_method
 from kg.split import partition_stats
 
@@ -26,11 +26,8 @@ __all__ = [
     "FedNSLConfig",
     "FedNSLDataConfig",
     "FedNSLStrategy",
-    "GeneratorOptions",
     "build_fednsl",
     "build_data",
-    "rule_ranks",
-    "rule_recall",
     "parse_config",
 ]
 
@@ -81,6 +78,7 @@ def build_fednsl(config: RunConfig) -> Federation:
         cfg,
         data.corpus.relations.names,
         data.corpus.entity_types.names,
+        [c.cid for c in data.client_docs],
         config.seed,
         golden_rules=data.golden,
         golden_kind=data.golden_kind,

@@ -32,7 +32,7 @@ from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions, rules_from_message, scorer_options_from
+from fednsl.methods.fednsl.messages import ScorerOptions, scorer_options_from
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
@@ -45,6 +45,7 @@ from fednsl.methods.fednsl.scorer import (
     predict_logits,
     published_logits,
 )
+from fednsl.tasks.rule_learning import Proposal
 from kg.split import ClientPartition, query_mask
 from rules.mining import mine_cooccurrence
 
@@ -79,7 +80,7 @@ class _Fit:
     """The fitted state of one round (reused by ``evaluate`` of the same round and rule set)."""
 
     rnd: int
-    rules: RuleSet
+    rules: Proposal
     fitted: FittedScorer
     transfer: TransferScorer
     recal: Recalibration
@@ -224,10 +225,10 @@ class FedNSLClient(Client):
         )
 
     # -- grounding: instances of a part ---------------------------------------------------------------------
-    def _build(self, part: str, rules: RuleSet, rnd: int) -> _Built:
+    def _build(self, part: str, rules: Proposal, rnd: int) -> _Built:
         table, cache = self.tables[part], self.caches[part]
         pad = 2 * self.R
-        triples = rules.triples.tolist()
+        triples = rules.heads.tolist()
         requests: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         rows = []
         for t, (r, a, b) in enumerate(triples):
@@ -272,16 +273,16 @@ class FedNSLClient(Client):
             in_train = np.zeros(0, dtype=bool)
         return _Built(inst, blocks, in_train, total_gold, unknown)
 
-    def _fit_round(self, rnd: int, rules: RuleSet, opts: ScorerOptions, seed: int) -> tuple[_Fit, dict[str, float]]:
+    def _fit_round(self, rnd: int, rules: Proposal, opts: ScorerOptions, seed: int) -> tuple[_Fit, dict[str, float]]:
         t0 = time.perf_counter()
         built = self._build("train", rules, rnd)
         t1 = time.perf_counter()
         gen = torch.Generator().manual_seed(seed)
         fitted = fit_scorer(built.inst, rules, opts, gen)
-        counts = built.inst.counts_per_triple(rules.num_triples)
+        counts = built.inst.counts_per_triple(rules.num_heads)
         fitted.fitted = counts >= self.min_instances
         transfer = fit_transfer(built.inst, rules, opts)
-        recal = fit_recalibration(built.inst, rules.num_triples)
+        recal = fit_recalibration(built.inst, rules.num_heads)
         recal.fitted = recal.fitted & fitted.fitted
         t2 = time.perf_counter()
         if opts.optimizer == "lbfgs" and not fitted.converged and len(built.inst):
@@ -300,14 +301,14 @@ class FedNSLClient(Client):
     # -- training round (Eq. 2, 8–11) -------------------------------------------------------------------------
     @handles("train")
     def train(self, msg: Message) -> Message:
-        rules = rules_from_message(msg.arrays)
+        rules = Proposal.from_arrays(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
         fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
         fitted, built = fit.fitted, fit.built
         t0 = time.perf_counter()
         with torch.no_grad():
             q, n = posterior_of(built.inst, rules, fitted.weights.double(), fitted.bias.double(), opts)
-        T = rules.num_triples
+        T = rules.num_heads
         has = (n > 0) & rules.mask.any(-1)
         mask = rules.mask & has[:, None]
         q = torch.where(mask, q.double(), torch.zeros((), dtype=torch.float64))
@@ -342,13 +343,13 @@ class FedNSLClient(Client):
         return msg.reply(self.cid, arrays=arrays, metrics=metrics)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def _doc_predictions(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> list[np.ndarray]:
+    def _doc_predictions(self, part: str, built: _Built, pred: np.ndarray, rules: Proposal) -> list[np.ndarray]:
         table = self.tables[part]
         docs = table.part.docs
         out = [np.zeros((d.num_entities, d.num_entities, self.R), dtype=bool) for d in docs]
         for blk in built.blocks:
             g = table.groups[blk.ab]
-            r = int(rules.triples[blk.t, 0])
+            r = int(rules.heads[blk.t, 0])
             sel = pred[blk.start : blk.end]
             if not sel.any():
                 continue
@@ -374,21 +375,21 @@ class FedNSLClient(Client):
     def score_unseen(self, msg: Message) -> dict[str, np.ndarray]:
         """Unseen-test logits of both transfer routes for an ``evaluate`` message (``prior``, ``published``) —
         what the server sent decides them (tests perturb the message and check that they move)."""
-        rules = rules_from_message(msg.arrays)
+        rules = Proposal.from_arrays(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
         fit = self._ensure_fit(msg, rules, opts)[0]
         routes = self._routes(msg, rules, fit)
         built = self._build("unseen_test", rules, msg.round)
         return {name: fn(built.inst)[0] for name, fn in routes.items()}
 
-    def _ensure_fit(self, msg: Message, rules: RuleSet, opts: ScorerOptions) -> tuple[_Fit, float]:
+    def _ensure_fit(self, msg: Message, rules: Proposal, opts: ScorerOptions) -> tuple[_Fit, float]:
         fit = self._fit
-        if fit is None or fit.rnd != msg.round or not _same_rules(fit.rules, rules) or fit.opts != opts:
+        if fit is None or fit.rnd != msg.round or not fit.rules.same_as(rules) or fit.opts != opts:
             fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
             return fit, timing["time_grounding_s"]
         return fit, 0.0
 
-    def _routes(self, msg: Message, rules: RuleSet, fit: _Fit) -> dict[str, Any]:
+    def _routes(self, msg: Message, rules: Proposal, fit: _Fit) -> dict[str, Any]:
         """{route: instances -> (logits (M,), uses-published (M,) bool)} for the unseen cells."""
         opts = fit.opts
         gp = msg.arrays.get("global_posterior")
@@ -411,7 +412,7 @@ class FedNSLClient(Client):
 
         return {"prior": prior_route, "published": published_route}
 
-    def _logic_docs(self, part: str, built: _Built, pred: np.ndarray, rules: RuleSet) -> tuple[np.ndarray, np.ndarray]:
+    def _logic_docs(self, part: str, built: _Built, pred: np.ndarray, rules: Proposal) -> tuple[np.ndarray, np.ndarray]:
         """Per-document golden-rule (body, correct) counts (D, G) of thresholded predictions."""
         preds = self._doc_predictions(part, built, pred, rules)
         body = np.zeros((len(preds), len(self.golden)), dtype=np.int64)
@@ -423,7 +424,7 @@ class FedNSLClient(Client):
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         t_start = time.perf_counter()
-        rules = rules_from_message(msg.arrays)
+        rules = Proposal.from_arrays(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
         fit, tg = self._ensure_fit(msg, rules, opts)
         fitted, recal = fit.fitted, fit.recal
@@ -525,7 +526,3 @@ class FedNSLClient(Client):
         for k, items in dict(state.get("graph_bodies", {})).items():
             if k in self.caches:
                 self.caches[k].allow_graph(items)
-
-
-def _same_rules(a: RuleSet, b: RuleSet) -> bool:
-    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("triples", "bodies", "counts", "mask"))

@@ -15,7 +15,7 @@ from typing import Any
 
 from fednsl.config import REPO_ROOT
 from fednsl.methods.fednsl.messages import SCORER_KEYS, ScorerOptions
-from fednsl.registry import build_kwargs
+from fednsl.tasks.rule_learning.options import GeneratorOptions
 
 __all__ = ["GeneratorOptions", "FedNSLConfig", "FedNSLDataConfig", "resolve_data_path"]
 
@@ -32,27 +32,6 @@ _CHOICES = {
     "scorer_optimizer": ("lbfgs", "adam"),
     "transfer": ("prior", "published"),
 }
-
-
-@dataclass
-class GeneratorOptions:
-    """Server rule generator T_θ (rules.generator; App. A.6) and its training budget (Eq. 6)."""
-
-    d_model: int = 256
-    nhead: int = 8
-    num_encoder_layers: int = 2
-    num_decoder_layers: int = 2
-    dim_feedforward: int = 2048
-    dropout: float = 0.1
-    positional: bool = True
-    pretrain_epochs: int = 5  # on the round-0 co-occurrence pool
-    epochs: int = 2  # per round, after the pool update
-    samples_per_epoch: int = 20_000  # chains drawn per epoch (LogiRE: 100k)
-    batch_size: int = 128
-    lr: float = 1e-3
-    lr_gamma: float = 0.9
-    uniform_mix: float = 0.1
-    type_constraints: bool = True  # sample only type-consistent bodies (constraints from the known triples)
 
 
 @dataclass
@@ -118,7 +97,7 @@ class FedNSLConfig:
             raise ValueError(
                 "method_kwargs.backbone must be a mapping with a 'name' (federated-features, logire-dump, oracle)"
             )
-        self.gen = build_kwargs(GeneratorOptions, self.generator, "method_kwargs.generator")
+        self.gen = GeneratorOptions.build(self.generator, "method_kwargs.generator")
 
     def scorer_options(self) -> ScorerOptions:
         """The client-fit options of this config: each :data:`~.messages.SCORER_KEYS` entry is the option of the

@@ -13,14 +13,24 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from fednsl.federation.records import Message
+from fednsl.methods.fednsl.messages import EVAL_VARIANTS
 from rules.measures import logic_accuracy
 
-__all__ = ["best_threshold", "PRF", "prf_counts", "logic_counts", "logic_from_counts", "f1_from_counts"]
+__all__ = [
+    "best_threshold",
+    "PRF",
+    "prf_counts",
+    "logic_counts",
+    "logic_from_counts",
+    "f1_from_counts",
+    "merge_variant_metrics",
+]
 
 
 def best_threshold(scores: np.ndarray, labels: np.ndarray, total_gold: int) -> float:
@@ -161,3 +171,31 @@ def logic_from_counts(body: np.ndarray, correct: np.ndarray) -> float:
     correct = np.asarray(correct, dtype=np.float64)
     valid = body > 0
     return float((correct[valid] / body[valid]).mean()) if valid.any() else math.nan
+
+
+def merge_variant_metrics(group: str, replies: Mapping[str, Message]) -> dict[str, float]:
+    """Mean per-client F1 / Ign-F1, micro-F1 and summed logic counts of every variant (prefix ``group``)."""
+    out: dict[str, float] = {}
+    for prefix in EVAL_VARIANTS:
+        for part in ("seen", "unseen"):
+            key = f"{prefix}{part}"
+            f1s = [r.metrics[f"{key}_f1"] for r in replies.values() if f"{key}_f1" in r.metrics]
+            if not f1s:
+                continue
+            out[f"{group}{key}_f1"] = float(np.mean(f1s))
+            if prefix != "backbone_":
+                out[f"{group}{key}_ign_f1"] = float(
+                    np.mean([r.metrics.get(f"{key}_ign_f1", 0.0) for r in replies.values()])
+                )
+                tp = sum(r.metrics.get(f"{key}_tp", 0) for r in replies.values())
+                npred = sum(r.metrics.get(f"{key}_n_pred", 0) for r in replies.values())
+                ngold = sum(r.metrics.get(f"{key}_n_gold", 0) for r in replies.values())
+                out[f"{group}{key}_micro_f1"] = f1_from_counts(tp, npred, ngold)
+            name = f"doclogic_body_{key}"
+            body = [r.arrays[name].sum(0) for r in replies.values() if name in r.arrays]
+            corr = [r.arrays[f"doclogic_correct_{key}"].sum(0) for r in replies.values() if name in r.arrays]
+            if body:
+                value = logic_from_counts(np.sum(body, axis=0), np.sum(corr, axis=0))
+                if not math.isnan(value):
+                    out[f"{group}{key}_logic"] = value
+    return out

@@ -1,7 +1,9 @@
 """The FedNSL message schemas: every field that may cross the client → server boundary, declared once.
 
-Server → client (``train`` and ``evaluate``): the round's rule set (Eq. 5) — ``triples`` (T, 3) ids,
-``bodies`` (T, J, L) ids, ``log_prior`` (T, J) log T_θ (0 where masked), ``counts`` (T, J) n_j, ``mask`` (T, J).
+Server → client (``train`` and ``evaluate``): the round's proposal (Eq. 5), the rule learners' one wire format
+(:class:`fednsl.tasks.rule_learning.Proposal`, :data:`~fednsl.tasks.rule_learning.PROPOSAL_SCHEMA`): ``heads``
+(T, 3) triples (relation, head type, tail type), ``bodies`` (T, J, L) ids, ``log_prior`` (T, J) log T_θ (0 where
+masked), ``counts`` (T, J) n_j, ``mask`` (T, J).
 
 Client → server:
 
@@ -27,8 +29,7 @@ finite) and rejects undeclared fields — the privacy boundary: only probabiliti
 client, plus — only under ``transfer: published`` — the per-triple scorer weights and biases named in
 :data:`PUBLISHED_FIELDS` (documents, backbone values and path values never do).
 
-Both sides build and read these messages through this module: the rule set (:class:`RuleSet`,
-:func:`rules_to_arrays` / :func:`rules_from_message`) and the scorer options the server sends with it
+Both sides build and read the scorer options the server sends with the proposal through this module
 (:class:`ScorerOptions`, :data:`SCORER_KEYS`, :func:`scorer_config` / :func:`scorer_options_from`).
 """
 
@@ -39,27 +40,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-import torch
-
 from fednsl.federation.records import ArraySpec, ConfigValue, Schema
-from fednsl.methods.fednsl.posterior import KLDirection, PriorSource, prior_distribution  # noqa: F401
+from fednsl.tasks.rule_learning.proposal import PROPOSAL_SCHEMA
+from rules.posterior import KLDirection
 
 __all__ = [
-    "RULE_ARRAYS",
     "STATS_SCHEMA",
     "TRAIN_SCHEMA",
     "EVAL_SCHEMA",
     "EVAL_METRICS",
     "LOGIC_ARRAYS",
-    "RULES_REQUEST_SCHEMA",
     "TRAIN_METRICS",
     "STATS_METRICS",
     "SCORER_KEYS",
-    "RuleSet",
     "ScorerOptions",
-    "rules_from_message",
-    "rules_to_arrays",
     "scorer_config",
     "scorer_options_from",
     "stats_schema",
@@ -70,61 +64,6 @@ __all__ = [
     "EVAL_VARIANTS",
     "TRANSFER_ROUTES",
 ]
-
-RULE_ARRAYS = ("triples", "bodies", "log_prior", "counts", "mask")
-
-
-@dataclass
-class RuleSet:
-    """One round's candidate bodies as the server sent them (Eq. 5).
-
-    triples (T, 3) long (r, type_h, type_t); bodies (T, J, L) long padded with 2R; log_prior (T, J) float
-    (0 where masked); counts (T, J) long n_j; mask (T, J) bool.
-    """
-
-    triples: torch.Tensor
-    bodies: torch.Tensor
-    log_prior: torch.Tensor
-    counts: torch.Tensor
-    mask: torch.Tensor
-
-    @property
-    def num_triples(self) -> int:
-        return int(self.triples.shape[0])
-
-    @property
-    def num_bodies(self) -> int:
-        return int(self.bodies.shape[1])
-
-    def prior(self, source: PriorSource = "counts") -> torch.Tensor:
-        return prior_distribution(self.log_prior.double(), self.counts, self.mask, source)
-
-
-def rules_to_arrays(rules: RuleSet) -> dict[str, np.ndarray]:
-    """The rule arrays of a ``train``/``evaluate`` message (log prior zeroed where masked)."""
-    lp = torch.where(rules.mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64))
-    return {
-        "triples": rules.triples.numpy().astype(np.int64),
-        "bodies": rules.bodies.numpy().astype(np.int64),
-        "log_prior": lp.numpy(),
-        "counts": rules.counts.numpy().astype(np.int64),
-        "mask": rules.mask.numpy().astype(bool),
-    }
-
-
-def rules_from_message(arrays: Mapping[str, np.ndarray]) -> RuleSet:
-    """The round's rule set from a server message (or a checkpoint of one)."""
-    missing = [k for k in RULE_ARRAYS if k not in arrays]
-    if missing:
-        raise ValueError(f"server message lacks the rule arrays {missing}")
-    mask = torch.as_tensor(np.asarray(arrays["mask"], dtype=bool))
-    return RuleSet(
-        torch.as_tensor(np.asarray(arrays["triples"], dtype=np.int64)),
-        torch.as_tensor(np.asarray(arrays["bodies"], dtype=np.int64)),
-        torch.as_tensor(np.asarray(arrays["log_prior"], dtype=np.float64)),
-        torch.as_tensor(np.asarray(arrays["counts"], dtype=np.int64)),
-        mask,
-    )
 
 
 @dataclass(frozen=True)
@@ -248,22 +187,10 @@ def train_schema(transfer: str) -> Schema:
     )
 
 
-# server → client: the round's rule set; T triples and J bodies per triple bind the train reply's sizes
-RULES_REQUEST_SCHEMA = Schema(
-    arrays=(
-        ArraySpec("triples", "ids", "int", ("T", 3)),
-        ArraySpec("bodies", "ids", "int", ("T", "J", None)),
-        ArraySpec("log_prior", "scores", "float", ("T", "J")),
-        ArraySpec("counts", "counts", "int", ("T", "J")),
-        ArraySpec("mask", "mask", "bool", ("T", "J")),
-    ),
-    any_config=True,
-)
-
 # server → client at evaluation: the rule set plus the round's aggregate (optional fields)
 EVAL_REQUEST_SCHEMA = Schema(
     arrays=(
-        *RULES_REQUEST_SCHEMA.arrays,
+        *PROPOSAL_SCHEMA.arrays,
         ArraySpec("global_posterior", "distribution", "float", ("T", "J"), mask="mask", required=False),
         ArraySpec("published_weights", "weights", "float", ("T", "J"), required=False),
         ArraySpec("published_bias", "weights", "float", ("T",), required=False),

@@ -1,6 +1,6 @@
 """Each client's training documents, for the rule confidence counts of a FedNSL run (``fednsl rules counts``).
 
-Declared as this method's ``rule_documents`` hook in :data:`fednsl.registry.METHOD_TABLE`; the shared pipeline
+Declared as this method's ``rule_documents`` hook (its ``@register_method``); the shared pipeline
 (:mod:`fednsl.rule_counts`) calls it at the end of a run (with the federation still in memory) or for an old run
 (rebuilding only the corpus and the client split from its config — no backbone).
 """

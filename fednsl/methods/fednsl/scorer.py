@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
-from fednsl.methods.fednsl.posterior import (
+from fednsl.methods.fednsl.messages import ScorerOptions
+from fednsl.tasks.rule_learning import Proposal
+from rules.posterior import (
     NEG_LOGIT,
     instance_log_posterior,
     kl_divergence,
@@ -150,12 +151,12 @@ def _posterior_instances(inst: Instances, opts: ScorerOptions) -> Instances:
     return inst if rows is None else inst.subset(rows)
 
 
-def kl_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
+def kl_prior(rules: Proposal, opts: ScorerOptions) -> torch.Tensor:
     """p_t (T, J) of the KL (Eq. 11): renormalised T_θ, or n_j/N for ``counts`` and ``mixed``."""
     return rules.prior("renormalised" if opts.prior_source == "renormalised" else "counts")
 
 
-def posterior_log_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
+def posterior_log_prior(rules: Proposal, opts: ScorerOptions) -> torch.Tensor:
     """The log prior of Eq. 9 (T, J): log T_θ (its renormalisation is a per-triple constant that cancels in
     Eq. 10) for ``renormalised`` and ``mixed``, log(n_j/N) for ``counts`` — so that, except under ``mixed``,
     the posterior and the KL use the same p_t."""
@@ -165,7 +166,7 @@ def posterior_log_prior(rules: RuleSet, opts: ScorerOptions) -> torch.Tensor:
 
 
 def posterior_of(
-    inst: Instances, rules: RuleSet, w: torch.Tensor, b: torch.Tensor, opts: ScorerOptions
+    inst: Instances, rules: Proposal, w: torch.Tensor, b: torch.Tensor, opts: ScorerOptions
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(q (T, J), instances (T,)): Eq. 9–10 averaged over the posterior instances (differentiable)."""
     pi = _posterior_instances(inst, opts)
@@ -173,16 +174,20 @@ def posterior_of(
     lp = posterior_log_prior(rules, opts).to(w.dtype)
     h = score_h(pi.phi, pi.tri, y_sign, w, b, lp, rules.counts, rules.mask, opts.count_correction)
     log_q = instance_log_posterior(h, pi.tri, rules.counts, rules.mask, opts.count_correction)
-    return triple_posterior(log_q, pi.tri, rules.num_triples, pi.weight)
+    return triple_posterior(log_q, pi.tri, rules.num_heads, pi.weight)
 
 
 def fit_scorer(
-    inst: Instances, rules: RuleSet, opts: ScorerOptions, generator: torch.Generator, dtype: torch.dtype = torch.float32
+    inst: Instances,
+    rules: Proposal,
+    opts: ScorerOptions,
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.float32,
 ) -> FittedScorer:
     """Minimise BCE + λ·KL (+ L2) over (w, u, b) from a fresh initialisation: w, u ~ U(−1, 1) from ``generator``;
     b at the logit of the triple's local positive rate (``bias_init="base_rate"``) or U(−1, 1) (LogiRE).
     L-BFGS runs in float64 (``dtype`` applies to Adam)."""
-    T, J = rules.num_triples, rules.num_bodies
+    T, J = rules.num_heads, rules.num_bodies
     mask = rules.mask
     w0 = (torch.rand(T, J, generator=generator, dtype=torch.float64) * 2 - 1) * mask
     u0 = torch.rand(T, generator=generator, dtype=torch.float64) * 2 - 1
@@ -284,10 +289,10 @@ class _FitTerms:
     kl_share: torch.Tensor
 
 
-def _fit_terms(inst: Instances, rules: RuleSet, opts: ScorerOptions, dtype: torch.dtype) -> _FitTerms:
+def _fit_terms(inst: Instances, rules: Proposal, opts: ScorerOptions, dtype: torch.dtype) -> _FitTerms:
     if opts.kl_scale not in ("per_cell", "per_triple"):
         raise ValueError(f"kl_scale must be 'per_cell' or 'per_triple', got {opts.kl_scale!r}")
-    T = rules.num_triples
+    T = rules.num_heads
     inst = Instances(
         inst.phi.to(dtype),
         inst.passthrough.to(dtype),
@@ -334,7 +339,7 @@ def _fit_terms(inst: Instances, rules: RuleSet, opts: ScorerOptions, dtype: torc
 
 
 def _objective(
-    terms: _FitTerms, rules: RuleSet, w: torch.Tensor, u: torch.Tensor, b: torch.Tensor, opts: ScorerOptions, l2: bool
+    terms: _FitTerms, rules: Proposal, w: torch.Tensor, u: torch.Tensor, b: torch.Tensor, opts: ScorerOptions, l2: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`scorer_objective` on prepared terms. One product A = φ · w[tri] (M, J) serves the logits and Eq. 9;
     the bias term of Eq. 9 is dropped (it is the same for every body of an instance and cancels in Eq. 10)."""
@@ -353,7 +358,7 @@ def _objective(
         q_i = torch.softmax(a * terms.half_y + terms.offset, dim=-1)  # Eq. 9-10
         if terms.weight is not None:
             q_i = q_i * terms.weight
-        acc = torch.zeros(rules.num_triples, rules.num_bodies, dtype=w.dtype).index_add(0, terms.tri, q_i)
+        acc = torch.zeros(rules.num_heads, rules.num_bodies, dtype=w.dtype).index_add(0, terms.tri, q_i)
         q = acc / terms.total.clamp_min(1e-300)[:, None]
         kl_t = kl_divergence(q, terms.kl_target, rules.mask, opts.kl_direction)
         kl_val = (kl_t * terms.kl_share).sum()
@@ -366,7 +371,7 @@ def _objective(
 
 def scorer_objective(
     inst: Instances,
-    rules: RuleSet,
+    rules: Proposal,
     w: torch.Tensor,
     u: torch.Tensor,
     b: torch.Tensor,
@@ -382,7 +387,7 @@ def scorer_objective(
 
 def reference_objective(
     inst: Instances,
-    rules: RuleSet,
+    rules: Proposal,
     w: torch.Tensor,
     u: torch.Tensor,
     b: torch.Tensor,
@@ -396,7 +401,7 @@ def reference_objective(
     kl_t = kl_divergence(q, kl_prior(rules, opts).to(w.dtype), rules.mask, opts.kl_direction)
     active = n_post > 0
     if opts.kl_scale == "per_cell":
-        n = inst.counts_per_triple(rules.num_triples).to(w.dtype)
+        n = inst.counts_per_triple(rules.num_heads).to(w.dtype)
         kl = (kl_t * active * n).sum() / n.sum().clamp_min(1e-12)
     else:
         kl = kl_t[active].mean() if bool(active.any()) else torch.zeros((), dtype=w.dtype)
@@ -474,7 +479,7 @@ def transfer_features(inst: Instances, prior: torch.Tensor, top: int) -> torch.T
 
 
 def fit_transfer(
-    inst: Instances, rules: RuleSet, opts: ScorerOptions, dist: torch.Tensor | None = None
+    inst: Instances, rules: Proposal, opts: ScorerOptions, dist: torch.Tensor | None = None
 ) -> TransferScorer:
     """Fit (κ, κ_top, κ_u, β) by BCE with L-BFGS from (1, 0, 1, 0) (deterministic; no randomness). ``dist``
     (T, J): the distribution G over bodies (default: the KL prior of the round's rule set)."""
@@ -506,7 +511,7 @@ def fit_transfer(
 
 def predict_logits(
     inst: Instances,
-    rules: RuleSet,
+    rules: Proposal,
     fitted: FittedScorer | None,
     transfer: TransferScorer,
     opts: ScorerOptions,

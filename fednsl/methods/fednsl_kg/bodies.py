@@ -7,13 +7,13 @@ server keeps rules per forward head r only and each client asks them in both que
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["inverse_token", "merge_directions", "mirror", "pad_bodies", "query_rule_sets", "strip"]
+from fednsl.tasks.rule_learning.proposal import Body, strip
 
-Body = tuple[int, ...]
+__all__ = ["inverse_token", "merge_directions", "mirror", "query_rule_sets"]
 
 
 def inverse_token(tok: int, num_relations: int) -> int:
@@ -24,20 +24,6 @@ def inverse_token(tok: int, num_relations: int) -> int:
 def mirror(body: Iterable[int], num_relations: int) -> Body:
     """The body of the same rule asked from the inverse head: (b1..bL) → (~bL..~b1)."""
     return tuple(inverse_token(int(t), num_relations) for t in reversed(tuple(body)))
-
-
-def strip(row: Iterable[int], num_relations: int) -> Body:
-    """A padded token row → its real tokens."""
-    pad = 2 * num_relations
-    return tuple(int(t) for t in row if int(t) != pad)
-
-
-def pad_bodies(bodies: Sequence[Sequence[int]], num_relations: int, length: int) -> np.ndarray:
-    """(J,) token tuples → (J, length) int64 padded with 2R."""
-    out = np.full((len(bodies), length), 2 * num_relations, dtype=np.int64)
-    for j, b in enumerate(bodies):
-        out[j, : len(b)] = b
-    return out
 
 
 def query_rule_sets(

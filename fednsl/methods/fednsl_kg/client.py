@@ -18,52 +18,21 @@ import torch
 from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
-from fednsl.methods.fednsl_kg.bodies import (
-    merge_directions,
-    mirror,
-    pad_bodies,
-    query_rule_sets,
-    strip,
-)
+from fednsl.methods.fednsl_kg.bodies import merge_directions, mirror, query_rule_sets
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
 from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, SIGNATURE_FIELDS, encode_rank_sums, sum_signatures
+from fednsl.tasks.rule_learning import Proposal, pad_bodies
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
 from rules.kg_mining import mine_chain_rule_support, rank_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor
 from rules.measures import RuleCounts
+from rules.posterior import posterior_from_scores
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "posterior_from_scores", "type_signature_counts"]
-
-
-def posterior_from_scores(
-    scores: np.ndarray,
-    log_prior: np.ndarray,
-    *,
-    temperature: float,
-    prior_weight: float,
-    kl_weight: float,
-    standardize: bool = True,
-) -> np.ndarray:
-    """E-step for one head (J,) → (J,) distribution.
-
-    H_j = s̃_j / τ + w · log p_θ(j) (Eq. 9 in RNNLogic's form), s̃ the rule scores standardised over the head's J
-    bodies when ``standardize`` (RNNLogic's H is averaged over the head's queries, so its raw scale shrinks with
-    the graph; the z-score makes τ mean the same on every KG); q = argmin −E_q[H] − entropy(q) + λ·KL(q ‖ p_θ)
-    (Eq. 2 with the KL of Eq. 11) = softmax((H + λ · log p_θ) / (1 + λ)). ``log_prior`` all 0 = no prior.
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    if standardize and s.size > 1:
-        sd = s.std()
-        s = (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
-    h = s / temperature + prior_weight * log_prior
-    z = (h + kl_weight * log_prior) / (1.0 + kl_weight)
-    z = z - z.max()
-    q = np.exp(z)
-    return q / q.sum()
+__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "type_signature_counts"]
 
 
 def mine_forward_rules(
@@ -206,11 +175,11 @@ class FedNSLKGClient(Client):
         )
         return float(m.compute()["mrr"])
 
-    def fit(self, arrays: Mapping[str, np.ndarray], seed: int) -> dict[str, Any]:
+    def fit(self, p: Proposal, seed: int) -> dict[str, Any]:
         """Fit a fresh predictor on the server's rules (both query directions) for this client's relations:
         trained on the local train facts, each head early-stopped on the local valid facts."""
         rule_sets = query_rule_sets(
-            arrays["heads"], arrays["bodies"], arrays["mask"].astype(bool), self.R, keep=self.relations
+            np.asarray(p.relations, dtype=np.int64), p.bodies.numpy(), p.mask.numpy(), self.R, keep=self.relations
         )
         pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
         self.predictor = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
@@ -226,19 +195,19 @@ class FedNSLKGClient(Client):
 
     @handles("train")
     def train(self, msg: Message) -> Message:
-        a = msg.arrays
-        heads, mask, log_prior = a["heads"], a["mask"].astype(bool), a["log_prior"]
+        p = Proposal.from_arrays(msg.arrays)
+        mask, log_prior = p.mask.numpy(), p.log_prior.numpy()
         T, J = mask.shape
         t0 = time.perf_counter()
-        log = self.fit(a, msg.config_int("seed"))
+        log = self.fit(p, msg.config_int("seed"))
         t1 = time.perf_counter()
         assert self.predictor is not None
         scores = self.predictor.rule_scores()
         with torch_threads(self.cfg.num_threads):
             counts = (
                 {
-                    r: amie_counts(self.graph, r, rule_sets_fwd)
-                    for r, rule_sets_fwd in self._forward_bodies(a).items()
+                    r: amie_counts(self.graph, r, p.bodies_of(t, self.R))
+                    for t, r in enumerate(p.relations)
                     if self.train_counts[r]
                 }
                 if bool(msg.config.get("counts", True))
@@ -249,7 +218,7 @@ class FedNSLKGClient(Client):
         instances = np.zeros(T, dtype=np.int64)
         count_arrays = {name: np.zeros((T, J), dtype=np.int64) for name in COUNT_FIELDS}
         fitted = 0
-        for t, r in enumerate(heads.tolist()):
+        for t, r in enumerate(p.relations):
             m = mask[t]
             J_t = int(m.sum())
             if r in counts:
@@ -285,13 +254,6 @@ class FedNSLKGClient(Client):
             arrays={"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays},
             metrics=metrics,
         )
-
-    def _forward_bodies(self, a: Mapping[str, np.ndarray]) -> dict[int, list[tuple[int, ...]]]:
-        mask = a["mask"].astype(bool)
-        return {
-            int(r): [strip(b, self.R) for b, m in zip(a["bodies"][t].tolist(), mask[t].tolist()) if m]
-            for t, r in enumerate(a["heads"].tolist())
-        }
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:

@@ -9,32 +9,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
-from fednsl.registry import build_kwargs
+from fednsl.tasks.rule_learning.options import GeneratorOptions
 
-__all__ = ["FedNSLKGConfig", "KGDataConfig", "KGGeneratorOptions", "resolve_source"]
+__all__ = ["KG_GENERATOR_DEFAULTS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
 
 
-@dataclass
-class KGGeneratorOptions:
-    """Server rule generator T_θ (:mod:`rules.generator`) and its per-round training budget (FedNSL Eq. 6).
-
-    Sized for CPU: a KG has one rule-head category per relation (no entity types), far fewer than DWIE's.
-    """
-
-    d_model: int = 64
-    nhead: int = 4
-    num_encoder_layers: int = 1
-    num_decoder_layers: int = 1
-    dim_feedforward: int = 128
-    dropout: float = 0.1
-    positional: bool = True
-    pretrain_epochs: int = 5  # on the mined pool (round 1)
-    epochs: int = 2  # per round, on the pool after the posterior update
-    batch_size: int = 64
-    lr: float = 1e-3
-    samples_per_epoch: int = 4000
-    uniform_mix: float = 0.1
-    lr_gamma: float = 0.9
+#: ``method_kwargs.generator`` defaults of fednsl-kg, sized for CPU: a KG has one rule-head category per relation,
+#: far fewer than DWIE's; no type constraints on sampled bodies (turn them on for typed KGs with
+#: ``type_constraints: true``).
+KG_GENERATOR_DEFAULTS: dict[str, Any] = {
+    "d_model": 64,
+    "nhead": 4,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "dim_feedforward": 128,
+    "batch_size": 64,
+    "samples_per_epoch": 4000,
+    "type_constraints": False,
+}
 
 
 _CHOICES = {
@@ -96,8 +88,13 @@ class FedNSLKGConfig:
             raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
 
     @property
-    def gen(self) -> KGGeneratorOptions:
-        return build_kwargs(KGGeneratorOptions, self.generator, "method_kwargs.generator (fednsl-kg)")
+    def gen(self) -> GeneratorOptions:
+        return GeneratorOptions.build(self.generator, "method_kwargs.generator (fednsl-kg)", KG_GENERATOR_DEFAULTS)
+
+    @property
+    def pool_samples(self) -> int:
+        """Posterior samples per head in the pool's mixture mode: N, as for proposals."""
+        return self.num_samples
 
 
 @dataclass

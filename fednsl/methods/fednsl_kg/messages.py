@@ -4,8 +4,11 @@ Rules are keyed by their *forward* head relation r in 0..R-1 (the rule layer's c
 inverse head r+R, ``~r(X,Y) <- b1..bL``, is the same logical rule as ``r(X,Y) <- ~bL..~b1``). Bodies are token
 ids in 0..2R-1 padded with 2R (stay), length L = ``max_body_len``.
 
-Server → client (``train``, ``evaluate``): ``heads`` (T,) forward head relations, ``bodies`` (T, J, L),
-``log_prior`` (T, J) log p_θ(body | head) renormalised over the J bodies (0 where masked), ``mask`` (T, J).
+Server → client (``train``): the round's proposal in the rule learners' one wire format
+(:class:`fednsl.tasks.rule_learning.Proposal`): ``heads`` (T, 3) rule heads (forward relation, domain type, range
+type), ``bodies`` (T, J, L), ``log_prior`` (T, J) log p_θ(body | head) renormalised over the J bodies (0 where
+masked), ``counts`` (T, J) sample counts, ``mask`` (T, J); config ``use_prior`` and ``counts`` (whether to send AMIE
+counts this round).
 
 Client → server:
 
@@ -40,7 +43,6 @@ __all__ = [
     "sum_signatures",
     "TRAIN_METRICS",
     "TRAIN_SCHEMA",
-    "RULES_REQUEST_SCHEMA",
     "SIGNATURE_FIELDS",
     "decode_rank_sums",
     "encode_rank_sums",
@@ -93,17 +95,6 @@ TRAIN_SCHEMA = Schema(
         *(ArraySpec(name, "counts", "int", ("T", "J")) for name in COUNT_FIELDS),
     ),
     metrics=TRAIN_METRICS,
-)
-
-# server -> client: the round's rules of the client's group (T heads, J bodies each, padded with token 2R)
-RULES_REQUEST_SCHEMA = Schema(
-    arrays=(
-        ArraySpec("heads", "ids", "int", ("T",)),
-        ArraySpec("bodies", "ids", "int", ("T", "J", None)),
-        ArraySpec("log_prior", "scores", "float", ("T", "J")),
-        ArraySpec("mask", "mask", "bool", ("T", "J")),
-    ),
-    config=("use_prior", "counts"),
 )
 
 # Exact ranking sums: non-negative Python integers (2^-96 fixed point) split into int64 limbs of 62 bits.

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
+from fednsl.methods.fednsl.messages import ScorerOptions
 from fednsl.methods.fednsl.scorer import (
     Instances,
     fit_recalibration,
@@ -20,6 +20,7 @@ from fednsl.methods.fednsl.scorer import (
     reference_objective,
     scorer_objective,
 )
+from fednsl.tasks.rule_learning import Proposal
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,13 +38,13 @@ def random_problem(seed: int = 0, M: int = 40):
     y = (g.random(M) < 0.4).astype(float)
     w = g.normal(size=(2, 4)) * mask
     b = g.normal(size=2)
-    rules = RuleSet(torch.tensor([[0, 0, 1], [1, 1, 0]]), torch.zeros(2, 4, 3, dtype=torch.long),
+    rules = Proposal(torch.tensor([[0, 0, 1], [1, 1, 0]]), torch.zeros(2, 4, 3, dtype=torch.long),
                     torch.tensor(log_t), torch.tensor(counts), torch.tensor(mask))
     inst = Instances(torch.tensor(phi), torch.tensor(g.random(M)), torch.tensor(tri), torch.tensor(y))
     return rules, inst, w, b
 
 
-def numpy_prior(rules: RuleSet, source: str) -> np.ndarray:
+def numpy_prior(rules: Proposal, source: str) -> np.ndarray:
     mask = rules.mask.numpy()
     if source == "renormalised":
         e = np.where(mask, np.exp(rules.log_prior.numpy()), 0.0)
@@ -227,7 +228,7 @@ def test_fused_objective_equals_the_per_equation_one(source: str, correction: bo
     built from posterior.py's functions: values and gradients in (w, u, b), with a third triple that has no body."""
     rules, inst, w, b = random_problem(9, M=60)
     pad = lambda x, v: torch.cat([x, torch.full((1, *x.shape[1:]), v, dtype=x.dtype)])  # noqa: E731
-    rules = RuleSet(pad(rules.triples, 2), pad(rules.bodies, 0), pad(rules.log_prior, 0.0), pad(rules.counts, 0),
+    rules = Proposal(pad(rules.heads, 2), pad(rules.bodies, 0), pad(rules.log_prior, 0.0), pad(rules.counts, 0),
                     pad(rules.mask, False))
     tri = inst.tri.clone()
     tri[::7] = 2  # every 7th cell belongs to the body-less triple

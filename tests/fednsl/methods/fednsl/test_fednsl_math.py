@@ -9,14 +9,7 @@ import pytest
 import torch
 
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
-from fednsl.methods.fednsl.messages import RuleSet, ScorerOptions
-from fednsl.methods.fednsl.posterior import (
-    instance_log_posterior,
-    kl_divergence,
-    prior_distribution,
-    score_h,
-    triple_posterior,
-)
+from fednsl.methods.fednsl.messages import ScorerOptions
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
     Instances,
@@ -26,7 +19,15 @@ from fednsl.methods.fednsl.scorer import (
     posterior_of,
     predict_logits,
 )
+from fednsl.tasks.rule_learning import Proposal
 from rules.measures import logic_accuracy
+from rules.posterior import (
+    instance_log_posterior,
+    kl_divergence,
+    prior_distribution,
+    score_h,
+    triple_posterior,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -159,13 +160,13 @@ def test_kl_gradient_autograd_matches_finite_differences(direction: str, correct
     assert grad[0, 3] == 0.0
 
 
-def rule_set(T: int = 2, J: int = 3) -> RuleSet:
+def rule_set(T: int = 2, J: int = 3) -> Proposal:
     mask = torch.ones(T, J, dtype=torch.bool)
     mask[1, 2] = False
     counts = torch.tensor([[30, 15, 5], [40, 10, 0]])
     lp = torch.log(counts.double().clamp_min(1) / 50) * mask
     bodies = torch.zeros(T, J, 3, dtype=torch.long)
-    return RuleSet(torch.tensor([[0, 0, 1], [1, 1, 0]]), bodies, lp, counts, mask)
+    return Proposal(torch.tensor([[0, 0, 1], [1, 1, 0]]), bodies, lp, counts, mask)
 
 
 def synthetic_instances(seed: int = 0, M: int = 400) -> Instances:

@@ -18,10 +18,10 @@ from fednsl.methods.fednsl.messages import (
     EVAL_SCHEMA,
     PUBLISHED_FIELDS,
     STATS_SCHEMA,
-    rules_from_message,
     train_schema,
 )
 from fednsl.pipeline import build_federation, train
+from fednsl.tasks.rule_learning import Proposal
 from kg.documents import Document
 
 TINY_GENERATOR = {"d_model": 32, "nhead": 2, "dim_feedforward": 64, "pretrain_epochs": 1, "epochs": 1,
@@ -196,16 +196,16 @@ def test_missing_queries_unknown_triples_and_empty_documents() -> None:
         "mask": np.ones((1, 1), bool), "instances": np.array([5])})
     metrics = s.aggregate_train_stats(1, {**stats, "bogus": bogus}, {})
     assert metrics["invalid_triples"] == 1 and metrics["triples"] > 0  # a relation id the server does not know
-    msg = s.configure_train(1, cids)
+    msg = s.configure_train(1, cids)[cids[0]]
     client: FedNSLClient = fed.clients[cids[0]]
     # a triple never seen by the server: drop one of the client's triples from the rule set
-    rules = rules_from_message(msg.arrays)
-    mine = [t for t in range(rules.num_triples) if rules.mask[t].any()
-            and tuple(rules.triples[t, 1:].tolist()) in client.tables["train"].groups]
+    rules = Proposal.from_arrays(msg.arrays)
+    mine = [t for t in range(rules.num_heads) if rules.mask[t].any()
+            and tuple(rules.heads[t, 1:].tolist()) in client.tables["train"].groups]
     gone = mine[0]
-    keep = torch.tensor([t for t in range(rules.num_triples) if t != gone])
+    keep = torch.tensor([t for t in range(rules.num_heads) if t != gone])
     arrays = {k: v[keep.numpy()] for k, v in msg.arrays.items()}
-    r, a, b = rules.triples[gone].tolist()
+    r, a, b = rules.heads[gone].tolist()
     g = client.tables["train"].groups[(a, b)]
     reply = client.handle(Message("train", 1, arrays=arrays, config={**msg.config, "seed": 3}))
     assert reply.metrics["facts_unknown_triple"] >= int(g.gold[:, r].sum()) > 0
@@ -272,7 +272,7 @@ def _one_round_to_evaluation(cfg: RunConfig):
     stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
              for c in cids}
     s.aggregate_train_stats(1, stats, {})
-    msg = s.configure_train(1, cids)
+    msg = s.configure_train(1, cids)[cids[0]]
     replies = {c: fed.clients[c].handle(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 3}))
                for c in cids}
     s.aggregate_train(1, replies, {})
@@ -285,7 +285,7 @@ def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
     client: FedNSLClient = fed.clients[sorted(fed.clients)[0]]
     base = client.score_unseen(ev)
     # the published route scores the unseen triples with the owners' scorer the server sent
-    unseen = client._build("unseen_test", rules_from_message(ev.arrays), 1).inst
+    unseen = client._build("unseen_test", Proposal.from_arrays(ev.arrays), 1).inst
     assert ev.arrays["published_mask"][unseen.tri.numpy()].any()
     scaled = {**ev.arrays, "published_weights": ev.arrays["published_weights"] * 3.0,
               "published_bias": ev.arrays["published_bias"] - 1.0}
@@ -332,7 +332,7 @@ class Orphaning(Wrapping):
 def test_orphan_triples_and_a_one_body_prior_are_logged_counted_and_the_round_completes(
     tmp_path: Path, caplog, monkeypatch
 ) -> None:
-    import fednsl.methods.fednsl.strategy as strategy_module
+    import fednsl.tasks.rule_learning.server as strategy_module  # the shared server draws the samples
 
     real = strategy_module.sample_rules
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
 
 from fednsl.methods.fednsl.config import FedNSLConfig
 from fednsl.methods.fednsl.messages import (
     SCORER_KEYS,
-    RuleSet,
     ScorerOptions,
-    rules_from_message,
-    rules_to_arrays,
     scorer_config,
     scorer_options_from,
 )
@@ -39,19 +34,6 @@ def test_client_reads_what_the_server_sends_and_keeps_its_local_options() -> Non
     got = scorer_options_from(scorer_config(sent), local)
     assert got == ScorerOptions(kl_weight=0.3, steps=9, bias_init="uniform", transfer_top=1, transfer_steps=17)
     assert scorer_options_from({}, local) == local
-
-
-def test_rule_arrays_round_trip_and_zero_the_masked_prior() -> None:
-    mask = torch.tensor([[True, False], [True, True]])
-    rules = RuleSet(torch.tensor([[0, 1, 2], [1, 0, 0]]), torch.tensor([[[3, 4], [6, 6]], [[1, 6], [2, 0]]]),
-                    torch.tensor([[-0.5, -3.0], [-1.0, -0.2]]), torch.tensor([[4, 0], [2, 3]]), mask)
-    arrays = rules_to_arrays(rules)
-    assert arrays["log_prior"].dtype == np.float64 and arrays["log_prior"][0, 1] == 0.0
-    back = rules_from_message(arrays)
-    assert torch.equal(back.bodies, rules.bodies) and torch.equal(back.mask, mask)
-    assert torch.equal(back.log_prior, torch.where(mask, rules.log_prior.double(), torch.zeros((), dtype=torch.float64)))
-    with pytest.raises(ValueError, match="counts"):
-        rules_from_message({k: v for k, v in arrays.items() if k != "counts"})
 
 
 def test_published_transfer_needs_no_pass_through_and_bad_choices_name_the_option() -> None:

@@ -14,11 +14,10 @@ from click.testing import CliRunner
 from fednsl.cli.main import cli
 from fednsl.config import load_config
 from fednsl.federation.records import Message, validate
-from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets, strip
+from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets
 from fednsl.methods.fednsl_kg.client import (
     amie_counts,
     mine_forward_rules,
-    posterior_from_scores,
     type_signature_counts,
 )
 from fednsl.methods.fednsl_kg.messages import (
@@ -27,7 +26,9 @@ from fednsl.methods.fednsl_kg.messages import (
     encode_rank_sums,
 )
 from fednsl.methods.fednsl_kg.scoring import score_rules
+from fednsl.methods.fednsl_kg.strategy import head_signature
 from fednsl.pipeline import build_federation, train
+from fednsl.tasks.rule_learning import strip
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
@@ -204,7 +205,7 @@ def test_local_only_trains_each_client_alone(tmp_path: Path) -> None:
     assert np.isfinite(s["test_mrr"]) and len(s["clients"]) == 3
     assert sorted(p.name for p in (res.run_dir / "local").iterdir()) == sorted(s["clients"])
     strategy = res.federation.strategy
-    assert len(strategy.groups) == 3  # one generator and pool per client, none shared
+    assert len(strategy.learners) == 3  # one generator and pool per client, none shared
 
 
 def test_server_aggregation_changes_what_clients_score() -> None:
@@ -245,24 +246,6 @@ def test_rank_sums_round_trip_is_exact() -> None:
     validate(Message("evaluate", 1, "c", arrays={"rank_sums": limbs}, metrics={"queries": m.count}), EVAL_SCHEMA)
     back = decode_rank_sums(limbs, m.count)
     assert back.state_dict() == m.state_dict() and back.compute() == m.compute()
-
-
-def test_posterior_minimises_the_kl_regularised_objective() -> None:
-    """q = softmax((H + λ log p)/(1+λ)) minimises −E_q[H] − entropy(q) + λ KL(q‖p) (Eq. 2/11): no random
-    distribution does better."""
-    rng = np.random.default_rng(1)
-    s, p = rng.normal(size=6), rng.dirichlet(np.ones(6))
-    lam, tau, w = 0.7, 0.5, 0.2
-    q = posterior_from_scores(s, np.log(p), temperature=tau, prior_weight=w, kl_weight=lam, standardize=False)
-    H = s / tau + w * np.log(p)
-
-    def objective(x: np.ndarray) -> float:
-        return float(-(x * H).sum() + (x * np.log(x)).sum() + lam * (x * (np.log(x) - np.log(p))).sum())
-    best = objective(q)
-    for _ in range(500):
-        assert objective(rng.dirichlet(np.ones(6) * 0.5) + 1e-12) >= best - 1e-9
-    assert posterior_from_scores(s, np.zeros(6), temperature=1, prior_weight=0, kl_weight=0,
-                                 standardize=False) == pytest.approx(np.exp(s) / np.exp(s).sum())
 
 
 def test_mirror_and_query_rule_sets() -> None:
@@ -380,15 +363,15 @@ def test_type_signature_counts_match_enumeration(tmp_path: Path) -> None:
 
 def test_signature_is_the_most_frequent_type_pair_over_clients() -> None:
     fed = build_federation(load_config(CONFIG, FAST))
-    group = fed.strategy.groups["global"]
+    group = fed.strategy.learners["global"]
 
     def reply(rels: list[int], pairs: list[tuple[int, int]], counts: list[int]) -> Message:
         return Message("train.stats", 1, "c", arrays={
             "signature_heads": np.array(rels), "signature_types": np.array(pairs).reshape(-1, 2),
             "signature_counts": np.array(counts)})
     # relation 0: (1, 0) wins only once the clients' counts are summed (3 + 3 > 5); relation 2: a tie -> smaller ids
-    group.set_signature([reply([0, 0, 2, 2], [(0, 1), (1, 0), (1, 1), (0, 1)], [5, 3, 2, 2]),
-                         reply([0], [(1, 0)], [3])], num_types=2)
+    group.signature = head_signature([reply([0, 0, 2, 2], [(0, 1), (1, 0), (1, 1), (0, 1)], [5, 3, 2, 2]),
+                                      reply([0], [(1, 0)], [3])], num_types=2)
     assert group.signature == {0: (1, 0), 2: (0, 1)}
     assert group.key(0) == (0, 1, 0) and group.key(5) == (5, 0, 0)
 
@@ -426,4 +409,4 @@ def test_typed_kg_keys_rule_heads_by_domain_and_range(tmp_path: Path) -> None:
     fed.strategy.aggregate_train_stats(1, {"c0": stats}, {})
     again = build_federation(load_config(CONFIG, typed)).strategy
     again.load_state_dict(fed.strategy.state_dict())  # resume keeps the signature
-    assert again.groups["global"].signature == fed.strategy.groups["global"].signature != {}
+    assert again.learners["global"].signature == fed.strategy.learners["global"].signature != {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fednsl.methods.fednsl.strategy import rule_ranks, rule_recall
+from fednsl.tasks.rule_learning import rule_ranks, rule_recall
 
 # head 0 has two triples; head 1 one; [head] is the pass-through body, left out of the ranking
 POOL = {

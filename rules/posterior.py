@@ -1,6 +1,7 @@
-"""Rule posterior and KL regulariser of FedNSL (paper Eq. 9–11; spec §8.1–8.3), batched over triples.
+"""The E-step of FedNSL (paper Eq. 9–11; spec §8.1–8.3): rule posteriors and the KL toward the server prior, in
+the two forms the clients use — per labelled instance on documents, in closed form per head on knowledge graphs.
 
-Shapes: T triples (rule-head categories), J_max candidate bodies per triple (padded, ``mask`` (T, J) marks real
+**Documents** (``fednsl``'s scorer), batched over triples. Shapes: T triples (rule-head categories), J_max candidate bodies per triple (padded, ``mask`` (T, J) marks real
 bodies), M query instances (one labelled (document, head entity, tail entity, relation) cell each), ``tri`` (M,)
 the triple of each instance.
 
@@ -22,12 +23,21 @@ KL regulariser (Eq. 11, spec §8.3; the multinomial constant N folded into λ):
 
 with the prior p_t(j) = n_tj / Σ_j n_tj ("counts", the empirical Mu_θ of Eq. 5) or T_θ renormalised over the J_t
 bodies ("renormalised"). Everything is differentiable in (w, b) through H (the bias cancels in the softmax).
+
+**Knowledge graphs** (``fednsl-kg``'s predictor, :func:`posterior_from_scores`), one head at a time: the
+client's evidence for body j is the fitted predictor's rule score s_j (RNNLogic's H(rule)), so
+
+    H_j = s̃_j / τ + w · log p_θ(j)                                                        (Eq. 9, RNNLogic's H)
+    q = argmin_q −E_q[H] − entropy(q) + λ · KL(q ‖ p_θ) = softmax((H + λ · log p_θ) / (1 + λ))  (Eq. 2 with Eq. 11)
+
+with s̃ the scores z-scored over the head's bodies (optional) and p_θ the server's prior over the proposal.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 
 PriorSource = Literal["counts", "renormalised"]
@@ -42,6 +52,7 @@ __all__ = [
     "triple_posterior",
     "kl_divergence",
     "normalise_rows",
+    "posterior_from_scores",
     "NEG_LOGIT",
 ]
 
@@ -153,3 +164,30 @@ def normalise_rows(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     x = torch.where(mask, x.to(torch.float64), torch.zeros((), dtype=torch.float64))
     tot = x.sum(-1, keepdim=True)
     return torch.where(tot > 0, x / tot.clamp_min(1e-300), torch.zeros_like(x))
+
+
+def posterior_from_scores(
+    scores: np.ndarray,
+    log_prior: np.ndarray,
+    *,
+    temperature: float,
+    prior_weight: float,
+    kl_weight: float,
+    standardize: bool = True,
+) -> np.ndarray:
+    """The closed-form E-step of one head: scores (J,) and log p_θ (J,) → q (J,), a distribution.
+
+    H_j = s̃_j / τ + w · log p_θ(j), s̃ the scores standardised over the head's J bodies when ``standardize``
+    (RNNLogic's H is averaged over the head's queries, so its raw scale shrinks with the graph; the z-score makes τ
+    mean the same on every KG); q = softmax((H + λ · log p_θ) / (1 + λ)), the minimiser of
+    −E_q[H] − entropy(q) + λ · KL(q ‖ p_θ). ``log_prior`` all 0 = no prior.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if standardize and s.size > 1:
+        sd = s.std()
+        s = (s - s.mean()) / sd if sd > 0 else np.zeros_like(s)
+    h = s / temperature + prior_weight * log_prior
+    z = (h + kl_weight * log_prior) / (1.0 + kl_weight)
+    z = z - z.max()
+    q = np.exp(z)
+    return q / q.sum()
