@@ -7,7 +7,7 @@ federated backbone, so it lives below the method packages.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -31,8 +31,22 @@ class FedAvgConfig:
     server_lr: float = 1.0  # 1.0 = plain FedAvg (server applies the averaged weights)
 
 
+class FedAvgOptions(Protocol):
+    """What :class:`FedAvgStrategy` reads of its options: :class:`FedAvgConfig`, or a method's own config
+    with the same fields (KIFL's)."""
+
+    @property
+    def lr(self) -> float: ...
+    @property
+    def local_epochs(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def server_lr(self) -> float: ...
+
+
 class FedAvgStrategy(Strategy):
-    def __init__(self, initial: dict[str, np.ndarray], cfg: FedAvgConfig):
+    def __init__(self, initial: dict[str, np.ndarray], cfg: FedAvgOptions):
         self.weights = {k: v.copy() for k, v in initial.items()}
         self.cfg = cfg
         self.example_limits: dict[str, int] = {}  # client -> most examples it holds (known at enrolment)

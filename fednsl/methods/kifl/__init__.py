@@ -17,7 +17,7 @@ from fednsl.methods.kifl.client import ClientKnowledge, KIFLClient
 from fednsl.methods.kifl.config import KIFLConfig, KIFLDataConfig
 from fednsl.methods.kifl.data import ClientSplit, Dataset, load_dataset, partition
 from fednsl.methods.kifl.fitted import KnowledgeFitter
-from fednsl.methods.kifl.knowledge import km_from_spec
+from fednsl.methods.kifl.knowledge import PredictionKM, RangeKM, km_from_spec
 from fednsl.methods.kifl.models import build_model
 from fednsl.methods.kifl.strategy import KIFLStrategy
 from fednsl.registry import Headline, build_kwargs, register_method
@@ -61,7 +61,7 @@ def client_knowledge(
     entry = _entry(cfg.knowledge, cid, ids)
     fseed = derive_seed(seed, index, 0x4B4D)
     fitter = KnowledgeFitter(cid, split, ds.num_classes, ds.image_shape, float(ds.hi.max()), fseed)
-    common = dict(
+    common: dict[str, Any] = dict(
         image_shape=ds.image_shape,
         feature_names=ds.feature_names,
         class_names=ds.class_names,
@@ -76,7 +76,8 @@ def client_knowledge(
         fit=lambda n, o, v: fitter(n, o, v, "prediction"),
         **common,
     )
-    fitter.pkm = pkm  # type: ignore[assignment]
+    assert pkm is None or isinstance(pkm, PredictionKM)  # kind "prediction" builds a P-KM
+    fitter.pkm = pkm
     rkm = km_from_spec(
         entry.get("range"),
         "range",
@@ -85,6 +86,7 @@ def client_knowledge(
         fit=lambda n, o, v: fitter(n, o, v, "range"),
         **common,
     )
+    assert rkm is None or isinstance(rkm, RangeKM)  # kind "range" builds an R-KM
     lam = float(cfg.lam_per_client.get(cid, entry.get("lam", cfg.lam)))
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"{where}: λ must be in [0, 1], got {lam}")

@@ -142,10 +142,10 @@ class KIFLClient(Client):
         start = msg.arrays if self.cfg.federated else (self.local_weights or self.initial)
         set_weights(self.model, dict(start))
         self._fit(
-            int(msg.config["local_epochs"]),
-            int(msg.config["seed"]),
-            float(msg.config["lr"]),
-            int(msg.config["batch_size"]),
+            msg.config_int("local_epochs"),
+            msg.config_int("seed"),
+            msg.config_float("lr"),
+            msg.config_int("batch_size"),
         )
         n = len(self.y_train)
         if self.cfg.federated:
@@ -156,7 +156,7 @@ class KIFLClient(Client):
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         counts = self.test_counts(
-            msg.arrays if self.cfg.federated else (self.local_weights or self.initial), seed=int(msg.config["seed"])
+            msg.arrays if self.cfg.federated else (self.local_weights or self.initial), seed=msg.config_int("seed")
         )
         return msg.reply(self.cid, metrics=counts)
 

@@ -174,8 +174,8 @@ class KnowledgeFitter:
             model.train()
             for _ in range(epochs):
                 order = torch.randperm(len(y), generator=gen)
-                for s in range(0, len(y), bs):
-                    idx = order[s : s + bs]
+                for start in range(0, len(y), bs):
+                    idx = order[start : start + bs]
                     opt.zero_grad()
                     torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
                     opt.step()

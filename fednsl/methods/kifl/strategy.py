@@ -15,7 +15,7 @@ import numpy as np
 
 from fednsl.common.fedavg import FedAvgStrategy
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema
+from fednsl.federation.records import ArraySpec, ConfigValue, Message, Schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.kifl.config import KIFLConfig
 
@@ -30,7 +30,7 @@ class KIFLStrategy(FedAvgStrategy):
         self.initial_weights = {k: v.copy() for k, v in initial.items()}  # θ_0 (reference runs, local mode)
         self.last_eval: dict[str, dict[str, float]] = {}  # client → counts of the last evaluation
 
-    def _train_config(self) -> dict[str, float | int]:
+    def _train_config(self) -> dict[str, ConfigValue]:
         return {"lr": self.cfg.lr, "local_epochs": self.cfg.local_epochs, "batch_size": self.cfg.batch_size}
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
