@@ -48,7 +48,7 @@ from torch import nn
 
 from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
 from fednsl.common.torch_utils import get_weights, set_weights
-from fednsl.config import RunConfig
+from fednsl.config import FederationConfig, RunConfig
 from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.federation.roles import Client, Metrics, Stage, Strategy, handles
 from fednsl.federation.runner import Federation, InProcessRunner
@@ -162,6 +162,7 @@ class PairScorer(nn.Module):
         self, ent_dim: int, pair_dim: int, num_relations: int, ent_hidden: int = 128, hidden: int = 256, seed: int = 0
     ):
         super().__init__()
+        self.num_relations = num_relations
         with seeded_global_rng(seed):
             self.ent = nn.Sequential(nn.Linear(ent_dim, ent_hidden), nn.ReLU())
             self.pair = nn.Sequential(
@@ -256,14 +257,14 @@ def _make_phase(model_factory: Callable[[], PairScorer], data: dict[str, TrainPa
         @handles("train")
         def train(self, msg: Message) -> Message:
             set_weights(self.model, msg.arrays)
-            gen = torch.Generator().manual_seed(int(msg.config["seed"]))
-            opt = torch.optim.Adam(self.model.parameters(), lr=float(msg.config["lr"]), weight_decay=opts.weight_decay)
+            gen = torch.Generator().manual_seed(msg.config_int("seed"))
+            opt = torch.optim.Adam(self.model.parameters(), lr=msg.config_float("lr"), weight_decay=opts.weight_decay)
             d = self.data
             pw = positive_weights(d.y, opts.pos_weight, opts.pos_weight_max)
-            bs = int(msg.config["batch_size"])
+            bs = msg.config_int("batch_size")
             total, seen = 0.0, 0
             self.model.train()
-            for _ in range(int(msg.config["local_epochs"])):
+            for _ in range(msg.config_int("local_epochs")):
                 order = torch.randperm(len(d), generator=gen)
                 for s in range(0, len(d), bs):
                     b = order[s : s + bs]
@@ -415,8 +416,8 @@ class FederatedFeatures(Backbone):
         weights_file = where / "weights.npz" if where is not None else None
         model = factory()
         t1 = time.perf_counter()
-        cached = weights_file is not None and weights_file.exists()
-        if cached:
+        cached = where is not None and weights_file is not None and weights_file.exists()
+        if where is not None and weights_file is not None and cached:
             with np.load(weights_file) as z:
                 set_weights(model, {k: z[k] for k in z.files})
             info = json.loads((where / "summary.json").read_text()) if (where / "summary.json").exists() else {}
@@ -424,8 +425,8 @@ class FederatedFeatures(Backbone):
             data = {c.cid: _train_pairs(c.train, c, self.features, R) for c in clients}
             info = self._federate(factory, data, where, seed)
             set_weights(model, info.pop("weights"))
-            if weights_file is not None:
-                np.savez(weights_file, **get_weights(model))
+            if where is not None and weights_file is not None:
+                np.savez(weights_file, **get_weights(model))  # type: ignore[arg-type]  # numpy's stub: allow_pickle
                 (where / "summary.json").write_text(json.dumps(info, indent=1))
         model.eval()
         self.model = model
@@ -464,7 +465,7 @@ class FederatedFeatures(Backbone):
             rounds=opts.rounds,
             seed=seed,
             name="backbone",
-            federation={"min_clients": 1, "parallelism": int(opts.parallelism)},
+            federation=FederationConfig(min_clients=1, parallelism=int(opts.parallelism)),
         )
         tmp = None
         run_dir = where / "run" if where is not None else Path(tmp := tempfile.mkdtemp(prefix="fednsl-backbone-"))
@@ -499,7 +500,9 @@ class FederatedFeatures(Backbone):
         for (the server's broadcast, applied here as the FedAvg phase's final weights are)."""
         strategy = _CalibrationStrategy()
         clients = {cid: _CalibrationClient(cid, cal) for cid, cal in self.calibrators.items()}
-        cfg = RunConfig(method="calibration", rounds=1, seed=seed, name="calibration", federation={"min_clients": 1})
+        cfg = RunConfig(
+            method="calibration", rounds=1, seed=seed, name="calibration", federation=FederationConfig(min_clients=1)
+        )
         with tempfile.TemporaryDirectory(prefix="fednsl-calibration-") as tmp:
             InProcessRunner(
                 Federation(strategy, dict(clients)), cfg, Path(tmp), progress=False, message_hook=self.message_hook
@@ -521,7 +524,7 @@ class FederatedFeatures(Backbone):
         """(N, N, R) float32 raw relation logits s_r(h, t) of ``doc`` (before σ and calibration)."""
         if self.model is None:
             raise RuntimeError("federated-features backbone: call prepare() first")
-        R = self.model.pair[-1].out_features
+        R = self.model.num_relations
         if doc.num_entities == 0:
             return np.zeros((0, 0, R), dtype=np.float32)
         if doc.doc_id not in self.features:
@@ -532,7 +535,7 @@ class FederatedFeatures(Backbone):
 
     def cells(self, docs: Sequence[Document], combo: Combo) -> tuple[np.ndarray, np.ndarray]:
         """Logits (M, R) and gold labels (M, R) of the ``combo`` pairs (``kg.split.query_mask``) of ``docs``."""
-        R = int(self.model.pair[-1].out_features) if self.model is not None else 0
+        R = self.model.num_relations if self.model is not None else 0
         zs, ys = [np.zeros((0, R), np.float32)], [np.zeros((0, R), np.float32)]
         for doc in docs:
             if doc.num_entities == 0:

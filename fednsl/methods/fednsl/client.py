@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, get_args
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
-from fednsl.methods.fednsl.features import CellTable, Part, PhiCache
+from fednsl.methods.fednsl.features import CellTable, Part, PathScore, PhiCache
 from fednsl.methods.fednsl.messages import ScorerOptions, scorer_options_from
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
@@ -142,11 +142,14 @@ class FedNSLClient(Client):
         }
         self.tables: dict[str, CellTable] = {}
         self.caches: dict[str, PhiCache] = {}
+        if path_score not in get_args(PathScore):
+            raise ValueError(f"path_score must be one of {get_args(PathScore)}, got {path_score!r}")
+        mode = cast(PathScore, path_score)
         for name, (dl, combo) in docs.items():
             part = Part(name, list(dl), combo, [self.values[d.doc_id] for d in dl])
             table = CellTable(part, num_relations, train_facts if name != "train" else None)
             self.tables[name] = table
-            self.caches[name] = PhiCache(table, path_score, fast_after)
+            self.caches[name] = PhiCache(table, mode, fast_after)
         self._masks = {name: [query_mask(d, t.part.combo) for d in t.part.docs] for name, t in self.tables.items()}
         self._fit: _Fit | None = None
 
@@ -187,7 +190,7 @@ class FedNSLClient(Client):
     @handles("train.stats")
     def train_stats(self, msg: Message) -> Message:
         t0 = time.perf_counter()
-        L = int(msg.config.get("max_body_len", self.max_body_len))
+        L = msg.config_int("max_body_len") if "max_body_len" in msg.config else self.max_body_len
         docs, extra = self._mining_docs()
         mined = mine_cooccurrence(docs, self.R, max_len=L)
         combo = self.partition.seen
@@ -303,7 +306,7 @@ class FedNSLClient(Client):
     def train(self, msg: Message) -> Message:
         rules = Proposal.from_arrays(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
-        fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+        fit, timing = self._fit_round(msg.round, rules, opts, msg.config_int("seed"))
         fitted, built = fit.fitted, fit.built
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -385,7 +388,7 @@ class FedNSLClient(Client):
     def _ensure_fit(self, msg: Message, rules: Proposal, opts: ScorerOptions) -> tuple[_Fit, float]:
         fit = self._fit
         if fit is None or fit.rnd != msg.round or not fit.rules.same_as(rules) or fit.opts != opts:
-            fit, timing = self._fit_round(msg.round, rules, opts, int(msg.config["seed"]))
+            fit, timing = self._fit_round(msg.round, rules, opts, msg.config_int("seed"))
             return fit, timing["time_grounding_s"]
         return fit, 0.0
 

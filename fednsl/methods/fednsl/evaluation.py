@@ -158,7 +158,7 @@ def logic_counts(
             for tok in toks[1:]:
                 if not m.any():
                     break
-                m = (m @ mat(tok).astype(np.int64)) > 0
+                m = ((m @ mat(tok).astype(np.int64)) > 0).astype(np.int64)
             b = (m > 0) & mask
             body_tot[i] += int(b.sum())
             correct[i] += int((b & pred[:, :, int(head)]).sum())

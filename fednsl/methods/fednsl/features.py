@@ -313,10 +313,10 @@ class PhiCache:
                 new[(ab, k)][:, sl] = vals.numpy()
                 self.computed += len(b) * (sl.stop - sl.start)
         for (ab, k), mat in new.items():
-            rows = self._rows[self._store_key(ab, k)]
+            index = self._rows[self._store_key(ab, k)]
             mats = self._mats.setdefault(self._store_key(ab, k), [])
             for body, row in zip(todo[ab][k], mat):
-                rows[body] = len(mats)
+                index[body] = len(mats)
                 mats.append(row)
 
     def graph_bodies(self) -> list[list[int]]:

@@ -8,7 +8,6 @@ What is the documents' own (the hooks):
   type) triple, weighted by the triple's labelled facts (§8.9); triples outside the vocabulary are logged, counted
   (``invalid_triples``) and ignored;
 - a proposal is the unique bodies among N ancestral samples per triple (Eq. 5), with log T_θ and the counts n_j;
-  a triple whose prior puts (almost) all mass on one body is logged and counted (``degenerate_priors``);
 - the scorer's options travel with the proposal; under ``transfer: published`` the owners' instance-weighted mean
   scorer is kept after the update;
 - ``evaluate``: the server sends the round's aggregated posterior (``global_posterior``) and, under ``transfer:
@@ -41,20 +40,11 @@ from fednsl.methods.fednsl.messages import (
     stats_schema,
     train_schema,
 )
-from fednsl.tasks.rule_learning import GLOBAL, Learner, Proposal, RuleLearningStrategy, Stats, strip
+from fednsl.tasks.rule_learning import GLOBAL, Learner, Proposal, RuleLearningStrategy, Stats, Update, strip
 
-__all__ = ["FedNSLStrategy", "degenerate_priors", "DEGENERATE_MASS"]
+__all__ = ["FedNSLStrategy"]
 
 log = logging.getLogger("fednsl.methods.fednsl")
-
-#: A triple's prior is degenerate when one body holds at least this share of the renormalised T_θ.
-DEGENERATE_MASS = 0.999
-
-
-def degenerate_priors(rules: Proposal) -> torch.Tensor:
-    """(T,) bool: triples with at least two bodies whose renormalised prior puts ≥ DEGENERATE_MASS on one."""
-    p = rules.prior("renormalised")
-    return (rules.mask.sum(-1) >= 2) & (p.amax(-1) >= DEGENERATE_MASS)
 
 
 class FedNSLStrategy(RuleLearningStrategy):
@@ -92,7 +82,6 @@ class FedNSLStrategy(RuleLearningStrategy):
         self.round_aggregate: dict[str, torch.Tensor] | None = None  # the round's aggregate sent at evaluation
         self.aggregate_round = -1
         self.eval_documents: dict[str, dict[str, np.ndarray]] = {}
-        self.degenerate = 0
 
     # -- hooks of the rule-learning server ------------------------------------------------------------------------
     def stats_schema(self) -> Schema:
@@ -137,21 +126,7 @@ class FedNSLStrategy(RuleLearningStrategy):
         """The unique bodies of N ancestral samples of T_θ per triple, with log T_θ and the counts n_j (Eq. 5)."""
         s = self.sample(learner, rnd)
         lp = torch.where(s.mask, s.log_prior.double(), torch.zeros((), dtype=torch.float64))
-        p = Proposal(learner.heads(), s.bodies, lp, s.counts, s.mask)
-        bad = degenerate_priors(p)
-        self.degenerate = int(bad.sum())
-        if self.degenerate:
-            keys = p.keys()
-            names = [learner.store.triple_name(keys[t]) for t in torch.nonzero(bad)[:3, 0].tolist()]
-            log.warning(
-                "round %d: the server prior puts >= %.3f of its mass on one body for %d triple(s) (e.g. %s); "
-                "their KL pulls every posterior onto that body; the round goes on",
-                rnd,
-                DEGENERATE_MASS,
-                self.degenerate,
-                ", ".join(names),
-            )
-        return p
+        return Proposal(learner.heads(), s.bodies, lp, s.counts, s.mask)
 
     def train_config(self, rnd: int) -> dict[str, Any]:
         return scorer_config(self.cfg.scorer_options())
@@ -159,23 +134,16 @@ class FedNSLStrategy(RuleLearningStrategy):
     def train_schema(self) -> Schema:
         return train_schema(self.cfg.transfer)
 
-    def after_update(
-        self,
-        learner: Learner,
-        rnd: int,
-        p: Proposal,
-        replies: Mapping[str, Message],
-        agg: torch.Tensor,
-        has: torch.Tensor,
-    ) -> Metrics:
+    def after_update(self, u: Update) -> Metrics:
         """Keep what evaluation sends back: the aggregated posterior (T_θ renormalised where no client answered) and
         the owners' instance-weighted mean scorer."""
+        p, has = u.proposal, u.has
         T, J = p.mask.shape
         pub_w = torch.zeros(T, J, dtype=torch.float64)
         pub_b = torch.zeros(T, dtype=torch.float64)
         pub_n = torch.zeros(T, dtype=torch.float64)
         iterations: list[float] = []
-        for cid, msg in replies.items():
+        for cid, msg in u.replies.items():
             _, wgt, _ = self.client_posterior(p, cid, msg)
             if "scorer_weights" in msg.arrays and "scorer_bias" in msg.arrays:
                 pub_w += torch.as_tensor(msg.arrays["scorer_weights"], dtype=torch.float64) * p.mask * wgt[:, None]
@@ -184,15 +152,14 @@ class FedNSLStrategy(RuleLearningStrategy):
             if "scorer_iterations" in msg.metrics:
                 iterations.append(float(msg.metrics["scorer_iterations"]))
         self.round_aggregate = {
-            "global_posterior": torch.where(has[:, None], agg, p.prior("renormalised")) * p.mask,
+            "global_posterior": torch.where(has[:, None], u.agg, p.prior("renormalised")) * p.mask,
             "published_weights": pub_w / pub_n.clamp_min(1e-300)[:, None],
             "published_bias": pub_b / pub_n.clamp_min(1e-300),
             "published_mask": pub_n > 0,
         }
-        self.aggregate_round = rnd
+        self.aggregate_round = u.rnd
         out: Metrics = {
             "triples_without_posterior": int((~has & p.mask.any(-1)).sum()),
-            "degenerate_priors": self.degenerate,
         }
         empty = int((~p.mask.any(-1)).sum())
         if empty:

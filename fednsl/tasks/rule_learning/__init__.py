@@ -7,7 +7,7 @@ the rule store), one generator-options type and the rule-recall measures. The E-
 from fednsl.tasks.rule_learning.options import GeneratorOptions, ServerOptions
 from fednsl.tasks.rule_learning.proposal import PROPOSAL_SCHEMA, Proposal, pad_bodies, strip
 from fednsl.tasks.rule_learning.recall import rule_ranks, rule_recall
-from fednsl.tasks.rule_learning.server import GLOBAL, Learner, RuleLearningStrategy, Stats
+from fednsl.tasks.rule_learning.server import GLOBAL, Learner, RuleLearningStrategy, Stats, Update
 
 __all__ = [
     "GLOBAL",
@@ -18,6 +18,7 @@ __all__ = [
     "RuleLearningStrategy",
     "ServerOptions",
     "Stats",
+    "Update",
     "pad_bodies",
     "rule_ranks",
     "rule_recall",

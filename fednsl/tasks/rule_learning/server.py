@@ -29,6 +29,7 @@ import logging
 import operator
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +49,35 @@ from rules.pool import RulePool, aggregate_distributions
 from rules.posterior import normalise_rows
 from rules.store import RuleStore
 
-__all__ = ["GLOBAL", "Learner", "RuleLearningStrategy", "Stats"]
+__all__ = ["DEGENERATE_MASS", "GLOBAL", "Learner", "RuleLearningStrategy", "Stats", "Update", "degenerate_priors"]
 
 GLOBAL = "global"
+#: A head's prior is degenerate when one body holds at least this share of the renormalised T_θ.
+DEGENERATE_MASS = 0.999
 
 log = logging.getLogger("fednsl.tasks.rule_learning")
 
 Head = tuple[int, int, int]
 #: one client's round-1 statistics: {head: {body: weight}} and {head: instance weight}
 Stats = tuple[dict[Head, dict[tuple[int, ...], float]], dict[Head, float]]
+
+
+@dataclass
+class Update:
+    """One learner's round after the posterior mean: its proposal, the replies, the aggregated posterior ``agg``
+    (T, J) and ``has`` (T,) the heads some client answered for."""
+
+    learner: Learner
+    rnd: int
+    proposal: Proposal
+    replies: Mapping[str, Message]
+    agg: torch.Tensor
+    has: torch.Tensor
+
+
+def degenerate_priors(p: Proposal) -> torch.Tensor:
+    """(T,) bool: heads with at least two bodies whose renormalised prior puts ≥ :data:`DEGENERATE_MASS` on one."""
+    return (p.mask.sum(-1) >= 2) & (p.prior("renormalised").amax(-1) >= DEGENERATE_MASS)
 
 
 class Learner:
@@ -79,6 +100,7 @@ class Learner:
         )
         self.proposal: Proposal | None = None
         self.proposal_round = 0
+        self.degenerate = 0  # heads of the proposal with a one-body prior
         self.last_gen_loss: float | None = None
 
     def purpose(self, what: str) -> str:
@@ -162,15 +184,7 @@ class RuleLearningStrategy(Strategy):
         """A client's AMIE counts of head row ``t``'s bodies ``m`` for the rule store, if it sends them."""
         return None
 
-    def after_update(
-        self,
-        learner: Learner,
-        rnd: int,
-        p: Proposal,
-        replies: Mapping[str, Message],
-        agg: torch.Tensor,
-        has: torch.Tensor,
-    ) -> Metrics:
+    def after_update(self, u: Update) -> Metrics:
         """Called after the posterior mean of a round (before the pool update); returns extra metrics."""
         return {}
 
@@ -293,7 +307,26 @@ class RuleLearningStrategy(Strategy):
         if learner.proposal is None or learner.proposal_round != rnd:
             learner.proposal = self.propose(learner, rnd)
             learner.proposal_round = rnd
+            self._check_prior(learner, rnd, learner.proposal)
         return learner.proposal
+
+    def _check_prior(self, learner: Learner, rnd: int, p: Proposal) -> None:
+        """Log (one line) and count the heads whose prior puts all mass on one body: their KL pulls every posterior
+        onto that body (``degenerate_priors`` in the round's metrics)."""
+        bad = degenerate_priors(p)
+        learner.degenerate = int(bad.sum())
+        if learner.degenerate:
+            keys = p.keys()
+            names = [learner.store.triple_name(keys[t]) for t in torch.nonzero(bad)[:3, 0].tolist()]
+            log.warning(
+                "round %d: the server prior puts >= %.3f of its mass on one body for %d %s (e.g. %s); their KL pulls "
+                "every posterior onto that body; the round goes on",
+                rnd,
+                DEGENERATE_MASS,
+                learner.degenerate,
+                self.unit,
+                ", ".join(names),
+            )
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
         if not self.initialised:
@@ -344,7 +377,7 @@ class RuleLearningStrategy(Strategy):
                 posts[cid] = (q, w)
             has = den > 0
             agg = torch.where(has[:, None], num / den.clamp_min(1e-300)[:, None], torch.zeros_like(num))
-            extra.update(self.after_update(learner, rnd, p, group, agg, has))
+            extra.update(self.after_update(Update(learner, rnd, p, group, agg, has)))
             orphans += self._warn_orphans(learner, rnd, p, has)
             keys = p.keys()
             posteriors = {
@@ -372,6 +405,7 @@ class RuleLearningStrategy(Strategy):
         out: Metrics = {
             f"{self.unit}_updated": updated,
             f"{self.unit}_without_owner": orphans,
+            "degenerate_priors": sum(g.degenerate for g in self.learners.values()),
             "pool_chains": sum(g.pool.num_chains for g in self.learners.values()),
             "generator_loss": float(np.mean(losses)) if losses else 0.0,
             "time_aggregate_s": time.perf_counter() - t0 - gen_s,
