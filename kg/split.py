@@ -77,7 +77,7 @@ def neighbour_cycle(num_groups: int) -> list[tuple[int, int]]:
     if num_groups < 2:
         raise ValueError(f"need at least 2 entity-type groups, got {num_groups}")
     g = num_groups
-    cycle = []
+    cycle: list[tuple[int, int]] = []
     for i in range(g):
         start, end = i % g, (i + 1) % g
         middle = [(start + k) % g for k in range(1, g) if (start + k) % g != end]

@@ -234,7 +234,8 @@ def _random_rules(config: PlantedRuleConfig, sig: dict[str, tuple[str, str]], rn
         for _ in range(1000):
             length = int(rng.choice(config.random_rule_lengths))
             start = config.entity_types[int(rng.integers(len(config.entity_types)))]
-            cur, body = start, []
+            cur = start
+            body: list[str] = []
             for _ in range(length):
                 choices = [
                     a
@@ -278,9 +279,10 @@ def _resolve_rules(
             bodies = [b for hh, b in parsed if hh == h]
             if any(a.lstrip("~") in pending for body in bodies for a in body):
                 continue
-            ends = set()
+            ends: set[tuple[str, str]] = set()
             for body in bodies:
-                start, cur = None, None
+                start: str | None = None
+                cur: str | None = None
                 for atom in body:
                     a, b = _step(sig, atom)
                     if cur is not None and a != cur:
@@ -290,6 +292,7 @@ def _resolve_rules(
                         )
                     start = a if start is None else start
                     cur = b
+                assert start is not None and cur is not None  # parse_rule: a body has at least one atom
                 ends.add((start, cur))
             if len(ends) != 1:
                 raise DataError(f"rules for head {h!r} disagree on its types: {sorted(ends)}")
@@ -359,14 +362,14 @@ def generate(config: PlantedRuleConfig | None = None, seed: int = 0) -> tuple[Co
         mats = {r: np.zeros((n, n), dtype=bool) for r in relations.names}
         base_facts: list[tuple[int, str, int]] = []
         for name, ht, tt in config.base_relations:
-            for x in of_type[ht]:
+            for src in of_type[ht]:
                 if rng.random() >= config.base_fact_prob:
                     continue
-                cands = of_type[tt][of_type[tt] != x]
+                cands = of_type[tt][of_type[tt] != src]
                 if len(cands):
                     y = int(cands[int(rng.integers(len(cands)))])
-                    mats[name][x, y] = True
-                    base_facts.append((int(x), name, y))
+                    mats[name][src, y] = True
+                    base_facts.append((int(src), name, y))
         off_diag = ~np.eye(n, dtype=bool)
         for h in order:
             conf = np.zeros((n, n))
@@ -388,7 +391,7 @@ def generate(config: PlantedRuleConfig | None = None, seed: int = 0) -> tuple[Co
             tname = types[etypes[e]]
             article = "an" if tname[:1].lower() in "aeiou" else "a"
             sentences.append(([names[e], "is", article, tname, "."], [(e, 0)]))
-        fact_sents = []
+        fact_sents: list[tuple[list[str], list[tuple[int, int]]]] = []
         for x, r, y in base_facts:
             words = r.replace("_", " ").split()
             fact_sents.append(([names[x], *words, names[y], "."], [(x, 0), (y, 1 + len(words))]))

@@ -226,7 +226,7 @@ def simulate_cmd(
             n_nor=n_nor,
             draws=draws,
             scale_mode=scale_mode,
-            ranks=None if ell is None else (ell, kappa),
+            ranks=None if ell is None or kappa is None else (ell, kappa),  # both or neither (checked above)
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from err

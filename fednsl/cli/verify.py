@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -86,6 +87,7 @@ def command(
             "--spin: the spin and gcc programs are needed but not found on PATH "
             "(apt-get install -y spin gcc), or leave out --spin"
         )
+    model: Centralised | Decentralised
     if mode == "centralised":
         model = Centralised(
             nodes, rounds, crashes=crashes, timeouts=not no_timeouts, tags=not no_tags, quorum=quorum, por=not no_por
@@ -93,7 +95,7 @@ def command(
     else:
         model = Decentralised(nodes, rounds, tags=not no_tags)
     rep = explore(model, max_states=max_states)
-    out = {
+    out: dict[str, Any] = {
         "mode": mode,
         "model": repr(model),
         "properties": PROPERTIES[mode],
@@ -104,12 +106,12 @@ def command(
         "ok": rep.ok,
         "violations": [{"property": v.prop, "detail": v.detail, "trace": v.trace} for v in rep.violations],
     }
-    if promela and mode == "centralised":
+    if promela and isinstance(model, Centralised):  # mode == "centralised"
         with open(promela, "w") as f:
             f.write(to_promela(model))
     if use_spin is None:
         use_spin = spin_available() and mode == "centralised"
-    if use_spin and mode == "centralised":
+    if use_spin and isinstance(model, Centralised):  # mode == "centralised"
         sp = run_spin(model)
         out["spin"] = {"errors": sp.errors, "states": sp.states, "seconds": round(sp.seconds, 2)}
     if fmt == "json":

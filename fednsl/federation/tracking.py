@@ -189,6 +189,13 @@ def select(
 _CKPT = re.compile(r"round_(\d+)\.pt$")
 
 
+def _round_of(path: Path) -> int:
+    """The round of a checkpoint file (a name :data:`_CKPT` matches)."""
+    match = _CKPT.search(path.name)
+    assert match is not None, path
+    return int(match.group(1))
+
+
 class Checkpoints:
     """``RUN_DIR/checkpoints/round_XXXX.pt``, written atomically; the newest ``keep`` are kept."""
 
@@ -211,9 +218,7 @@ class Checkpoints:
     def list(self) -> list[Path]:
         if not self.dir.exists():
             return []
-        return sorted(
-            (p for p in self.dir.iterdir() if _CKPT.search(p.name)), key=lambda p: int(_CKPT.search(p.name).group(1))
-        )
+        return sorted((p for p in self.dir.iterdir() if _CKPT.search(p.name)), key=_round_of)
 
     def latest(self) -> tuple[int, dict[str, Any]] | None:
         """(round, state) of the newest readable checkpoint; None when there is none at all.
@@ -231,7 +236,7 @@ class Checkpoints:
                 continue
             if problems:
                 log.warning("skipped unreadable checkpoint(s): %s; resuming from %s", "; ".join(problems), path.name)
-            return int(_CKPT.search(path.name).group(1)), state
+            return _round_of(path), state
         if problems:
             raise CheckpointError(
                 f"{self.dir}: none of the {len(paths)} checkpoints can be read ({'; '.join(problems)})"

@@ -83,7 +83,7 @@ class Backbone(ABC):
         """(N, N, R) float32 values in [0, 1] for ``doc`` as computed on ``client``."""
 
 
-_REGISTRY: dict[str, tuple[Callable[..., Backbone], Any, str]] = {}
+_REGISTRY: dict[str, tuple[Callable[..., Backbone], type | None, str]] = {}
 
 
 def _norm(name: str) -> str:
@@ -91,7 +91,7 @@ def _norm(name: str) -> str:
 
 
 def register_backbone(
-    name: str, options: Any = None, doc: str = ""
+    name: str, options: type | None = None, doc: str = ""
 ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     """Register a backbone factory ``factory(options) -> Backbone`` with its options dataclass."""
 
