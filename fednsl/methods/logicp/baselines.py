@@ -110,7 +110,7 @@ class CPIFCAClient(ConformalClient, TSIFCAClient):
         plain = dataclasses.replace(msg, arrays={k: v for k, v in msg.arrays.items() if k not in region})
         reply = super().evaluate(plain)
         j = int(reply.metrics["cluster"])
-        cluster = self.net(unpack_models(plain.arrays, int(msg.config["num_clusters"]))[j])
+        cluster = self.net(unpack_models(plain.arrays, msg.config_int("num_clusters"))[j])
         x, y = self.split(str(msg.config.get("split") or self.eval_split))
         rows = [("", predict(self.model, x)), ("s_", predict(cluster, x))]
         return msg.reply(self.cid, metrics={**reply.metrics, **self.conformal_metrics(y, rows, qhat)})
@@ -298,20 +298,20 @@ class TSFedBayesClient(ForecastClient):
         body = [p for n, p in self.model.named_parameters() if n in set(self.body_keys)]
         mus, rhos = [self.q["mu.weight"], self.q["mu.bias"]], [self.q["rho.weight"], self.q["rho.bias"]]
         mus_v, rhos_v = [self.v["mu.weight"], self.v["mu.bias"]], [self.v["rho.weight"], self.v["rho.bias"]]
-        opt_p = torch.optim.Adam(body + mus + rhos, lr=float(c["personal_lr"]))
-        opt_v = torch.optim.Adam(mus_v + rhos_v, lr=float(c["global_lr"]))
-        bs, zeta, eps = int(c["batch_size"]), float(c["zeta"]), float(c["eps_std"])
+        opt_p = torch.optim.Adam(body + mus + rhos, lr=msg.config_float("personal_lr"))
+        opt_v = torch.optim.Adam(mus_v + rhos_v, lr=msg.config_float("global_lr"))
+        bs, zeta, eps = msg.config_int("batch_size"), msg.config_float("zeta"), msg.config_float("eps_std")
         n_batches = max(1, -(-len(self.y) // bs))
-        cap = c.get("max_batches")
+        cap = None if c.get("max_batches") is None else msg.config_int("max_batches")
         if cap is not None:
-            n_batches = min(n_batches, int(cap))
-        s2 = 2.0 * float(c["noise_std"]) ** 2
+            n_batches = min(n_batches, cap)
+        s2 = 2.0 * msg.config_float("noise_std") ** 2
         total, steps = 0.0, 0
         self.model.train()
-        for _ in range(int(c["local_epochs"])):
-            for idx in minibatches(len(self.y), bs, gen, None if cap is None else int(cap)):
+        for _ in range(msg.config_int("local_epochs")):
+            for idx in minibatches(len(self.y), bs, gen, cap):
                 x, y = self.x[idx], self.y[idx]
-                for _ in range(int(c["personal_steps"])):
+                for _ in range(msg.config_int("personal_steps")):
                     w, b = bnn.sample(mus, rhos, eps, gen)
                     pred = self._out(x, w, b)
                     kl = bnn.gaussian_kl(
@@ -360,7 +360,7 @@ class TSFedBayesClient(ForecastClient):
     @handles("evaluate")
     def evaluate(self, msg: Message) -> Message:
         model = self.deployed(msg.arrays)
-        return msg.reply(self.cid, metrics=self.evaluation(model, msg.config.get("split")))
+        return msg.reply(self.cid, metrics=self.evaluation(model, msg.config_str("split")))
 
     def state_dict(self) -> dict[str, Any]:
         return {

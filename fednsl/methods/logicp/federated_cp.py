@@ -32,6 +32,7 @@ from fednsl.methods.logicp.calibration import (
 )
 from fednsl.methods.logicp.splits import SplitConfig
 from fednsl.registry import Headline
+from fednsl.tasks.timeseries.data import ClientSeries
 from fednsl.tasks.timeseries.federated import FORECAST_HEADLINE
 from fednsl.tasks.timeseries.models import Forecaster
 from fednsl.tasks.timeseries.training import predict
@@ -82,9 +83,11 @@ def with_prefix(w: Mapping[str, np.ndarray], prefix: str, keys: Sequence[str] | 
 
 
 class ConformalClient:
-    """Client mixin.  Needs ``self.x, self.y`` (training windows), ``self.model``, ``self.data``; call
-    :meth:`init_parts` in ``__init__``."""
+    """Client mixin.  Needs ``self.x, self.y`` (training windows), ``self.model``, ``self.data``, ``self.cid``;
+    call :meth:`init_parts` in ``__init__``."""
 
+    cid: str
+    data: ClientSeries
     x: torch.Tensor
     y: torch.Tensor
     model: Forecaster
@@ -135,16 +138,16 @@ class ConformalClient:
     def calibrate_scale(self, msg: Message) -> Message:
         """Eq. 15 on D^nor: σ_i (H,)."""
         if msg.config.get("skip"):
-            return msg.reply(self.cid)  # type: ignore[attr-defined]
+            return msg.reply(self.cid)
         sigma = client_scale(self.residuals(self.calibration_model(msg), "nor"))
-        return msg.reply(self.cid, arrays={"sigma": sigma})  # type: ignore[attr-defined]
+        return msg.reply(self.cid, arrays={"sigma": sigma})
 
     @handles("calibrate")
     def calibrate(self, msg: Message) -> Message:
         """Eq. 16–17 on ``n_use`` windows of D^cal drawn at random: the local quantile vector (H,)."""
         c = msg.config
         if c.get("skip"):
-            return msg.reply(self.cid)  # type: ignore[attr-defined]
+            return msg.reply(self.cid)
         model = self.calibration_model(msg)
         mode = str(c["scale_mode"])
         if mode == "cluster":
@@ -154,8 +157,8 @@ class ConformalClient:
         else:
             sigma = None
         e = self.residuals(model, "cal")
-        keep = subsample_calibration(len(e), int(c["n_use"]), np.random.default_rng(int(c["seed"])))
-        return msg.reply(self.cid, arrays={"quantiles": client_quantile(e[keep], int(c["ell"]), sigma)})  # type: ignore[attr-defined]
+        keep = subsample_calibration(len(e), msg.config_int("n_use"), np.random.default_rng(msg.config_int("seed")))
+        return msg.reply(self.cid, arrays={"quantiles": client_quantile(e[keep], msg.config_int("ell"), sigma)})
 
     def conformal_metrics(
         self, y: torch.Tensor, rows: Sequence[tuple[str, torch.Tensor]], qhat: np.ndarray | None
@@ -173,7 +176,8 @@ class ConformalClient:
         finite = bool(np.isfinite(q).all())
         out["qhat_finite"] = int(finite)
         if finite:
-            w = interval_width(q, self.data.scale)  # type: ignore[attr-defined]
+            w = interval_width(q, self.data.scale)
+            assert w.original is not None  # a unit scale was given
             out["width"], out["width_orig"] = w.normalized, float(w.original)
         return out
 
@@ -317,7 +321,8 @@ class ClusterConformal:
         out: Metrics = {"infeasible": infeasible, "kept_previous": kept}
         if finite:
             out["width"] = float(np.mean([2.0 * self.qhat[k].mean() for k in finite]))
-            out["nominal_coverage"] = float(np.mean([self.ranks[k]["coverage"] for k in finite if self.ranks[k]]))
+            ranks = [self.ranks[k] for k in finite]
+            out["nominal_coverage"] = float(np.mean([r["coverage"] for r in ranks if r]))
         self._calib = {}
         return out
 

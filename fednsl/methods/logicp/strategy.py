@@ -43,7 +43,7 @@ import torch
 
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.federation.aggregate import weighted_average
-from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema
+from fednsl.federation.records import ArraySpec, ConfigValue, Message, Schema, weights_request_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.logicp.config import LogiCPConfig
 from fednsl.methods.logicp.federated_cp import (
@@ -191,10 +191,11 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = {c: r.metrics["num_examples"] for c, r in replies.items()}
         self.global_w = weighted_average([r.arrays for r in replies.values()], list(n.values()))
-        for k in range(self.cfg.num_clusters if self.clusters is not None else 0):
-            mem = [c for c in self.members(k, list(replies)) if n[c] > 0]
-            if mem:
-                self.clusters[k] = weighted_average([replies[c].arrays for c in mem], [n[c] for c in mem])
+        if self.clusters is not None:
+            for k in range(self.cfg.num_clusters):
+                mem = [c for c in self.members(k, list(replies)) if n[c] > 0]
+                if mem:
+                    self.clusters[k] = weighted_average([replies[c].arrays for c in mem], [n[c] for c in mem])
         out = _loss(replies)
         if self.cfg.cluster_training == "server" and self.cfg.cluster_epochs > 0 and self.clusters is not None:
             out.update(self._server_cluster_training(rnd, list(replies)))
@@ -204,7 +205,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         """Alg. 1 lines 25–30 in the server: n_cluster epochs on P_k (the participants' D^pub)."""
         assert self.clusters is not None and self.public is not None and self.model_factory is not None
         cfg, losses = self.cfg, []
-        sgd = {
+        sgd: dict[str, Any] = {
             "epochs": cfg.cluster_epochs,
             "batch_size": cfg.batch_size,
             "lr": cfg.lr,
@@ -261,12 +262,13 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         return out
 
     def aggregate_cluster_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
-        for k in range(self.cfg.num_clusters if self.clusters is not None else 0):
-            mem = [c for c in self.members(k, list(replies)) if replies[c].metrics["num_examples"] > 0]
-            if mem:
-                self.clusters[k] = weighted_average(
-                    [replies[c].arrays for c in mem], [replies[c].metrics["num_examples"] for c in mem]
-                )
+        if self.clusters is not None:
+            for k in range(self.cfg.num_clusters):
+                mem = [c for c in self.members(k, list(replies)) if replies[c].metrics["num_examples"] > 0]
+                if mem:
+                    self.clusters[k] = weighted_average(
+                        [replies[c].arrays for c in mem], [replies[c].metrics["num_examples"] for c in mem]
+                    )
         return _loss({c: r for c, r in replies.items() if r.metrics["num_examples"] > 0})
 
     # -- clustering (lines 13, 31, 33) ----------------------------------------------------------------
@@ -279,7 +281,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
         if self.clusters is None and self.cfg.initial_clustering == "random":
             measure = "none"
         packed = pack_models(cands) if measure != "none" else {}
-        config = {
+        config: dict[str, ConfigValue] = {
             "num_candidates": len(cands) if measure != "none" else 0,
             "measure": measure,
             "split": "train" if self.cfg.cluster_split == "train" else "private",
@@ -335,7 +337,7 @@ class LogiCPStrategy(ClusterConformal, TSStrategy):
 
     # -- evaluation -----------------------------------------------------------------------------------
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
-        config = {"split": self.cfg.eval_split}
+        config: dict[str, ConfigValue] = {"split": self.cfg.eval_split}
         out = {}
         for c in clients:
             k = self.assign.get(c, -1)
