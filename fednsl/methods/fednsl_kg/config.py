@@ -104,8 +104,11 @@ class KGDataConfig:
     source: a folder with train/valid/test, ``pykeen:NAME``, or ``synthetic`` / ``synthetic:<seed>`` (the planted-
     rule KG of :mod:`kg.kg_synthetic`; ``synthetic`` holds its keyword arguments). ``federated_folder``: FedLU's
     ``clientK/{train,valid,test}.txt[.gz]`` layout instead (then ``source``/``num_clients``/``partition`` are
-    ignored). Partitions are seeded with the run seed. ``shares``: with ``partition: triple``, one positive weight
-    per client, part sizes proportional to them (e.g. ``[0.8, 0.1, 0.1]``: one data-rich, two data-poor clients).
+    ignored). ``partition`` (:mod:`kg.kg_partition`, seeded with the run seed): ``relation`` (disjoint relation
+    sets), ``triple`` (the triples dealt out) or ``entity`` (the entities dealt out; a client keeps the triples
+    between its own entities, and triples between two clients' entities are dropped). ``shares``: with
+    ``partition: triple`` or ``entity``, one positive weight per client, part sizes (triples, or entities)
+    proportional to them (e.g. ``[0.8, 0.1, 0.1]``: one data-rich, two data-poor clients).
     ``entity_types``: false ignores the KG's ``entity_types`` file (every rule head untyped, the ablation of typed
     heads).
     """
@@ -119,13 +122,17 @@ class KGDataConfig:
     entity_types: bool = True
 
     def __post_init__(self) -> None:
-        if self.partition not in ("relation", "triple"):
-            raise ValueError(f"data (fednsl-kg): partition={self.partition!r}; expected 'relation' or 'triple'")
+        if self.partition not in ("relation", "triple", "entity"):
+            raise ValueError(
+                f"data (fednsl-kg): partition={self.partition!r}; expected 'relation', 'triple' or 'entity'"
+            )
         if self.num_clients < 1:
             raise ValueError(f"data (fednsl-kg): num_clients must be >= 1, got {self.num_clients}")
-        if self.shares is not None and (self.partition != "triple" or len(self.shares) != self.num_clients):
+        if self.shares is not None and (
+            self.partition not in ("triple", "entity") or len(self.shares) != self.num_clients
+        ):
             raise ValueError(
-                f"data (fednsl-kg): shares={self.shares} needs partition: triple and one share per client "
+                f"data (fednsl-kg): shares={self.shares} needs partition: triple or entity and one share per client "
                 f"(num_clients={self.num_clients})"
             )
 

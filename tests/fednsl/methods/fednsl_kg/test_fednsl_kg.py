@@ -30,6 +30,7 @@ from fednsl.methods.fednsl_kg.strategy import head_signature
 from fednsl.pipeline import build_federation, train
 from fednsl.tasks.rule_learning import strip
 from kg.grounding.sparse import SparseGraph
+from kg.kg_partition import partition_kg
 from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
 from kg.linkpred import RankingMetrics
@@ -261,7 +262,7 @@ def test_bad_options_name_the_key() -> None:
     with pytest.raises(ValueError, match="aggregator"):
         build_federation(load_config(CONFIG, ["method_kwargs.aggregator=mean"]))
     with pytest.raises(ValueError, match="partition"):
-        build_federation(load_config(CONFIG, ["data.partition=entity"]))
+        build_federation(load_config(CONFIG, ["data.partition=node"]))
     with pytest.raises(ValueError, match="no_such"):
         build_federation(load_config(CONFIG, ["method_kwargs.no_such=1"]))
     with pytest.raises(ValueError, match="shares"):
@@ -274,6 +275,17 @@ def test_shares_give_unequal_clients() -> None:
     )
     sizes = [len(c.part.train) for c in fed.clients.values()]  # type: ignore[attr-defined]
     assert sizes[0] > 6 * max(sizes[1:])
+
+
+def test_entity_partition_with_shares_gives_each_client_its_own_entities() -> None:
+    over = ["data.num_clients=3", "data.partition=entity", "data.shares=[0.7,0.15,0.15]", "seed=4"]
+    fed = build_federation(load_config(CONFIG, [*FAST, *over]))
+    parts = [c.part for c in fed.clients.values()]  # type: ignore[attr-defined]
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    expected = partition_kg(kg, 3, by="entity", seed=4, shares=[0.7, 0.15, 0.15])
+    assert all(np.array_equal(p.train, q.train) and np.array_equal(p.test, q.test) for p, q in zip(parts, expected))
+    with pytest.raises(ValueError, match="shares"):
+        build_federation(load_config(CONFIG, ["data.num_clients=2", "data.shares=[0.5,0.5]"]))  # relation
 
 
 def test_resume_equals_an_uninterrupted_run(federated, tmp_path: Path) -> None:
