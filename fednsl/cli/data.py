@@ -1,9 +1,12 @@
-"""``fednsl data``: inspect corpora, import raw text, prepare DWIE or the synthetic set (no network access)."""
+"""``fednsl data``: inspect corpora, import raw text, prepare DWIE or the synthetic set, turn a corpus into a KG
+and split a KG over clients (no network access)."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 import shutil
 import tarfile
 from pathlib import Path
@@ -13,6 +16,7 @@ import click
 
 if TYPE_CHECKING:  # numpy and kg load when a subcommand runs, not for --help
     from kg.documents import Corpus, Vocab
+    from kg.triples import KnowledgeGraph
 
 FORMAT_CHOICE = click.Choice(["auto", "dwie", "docred", "synthetic", "kg"])
 
@@ -21,6 +25,37 @@ def _fail(exc: Exception) -> click.ClickException:
     from fednsl.cli.errors import as_bad_input
 
     return as_bad_input(exc)
+
+
+def _bad(option: str, message: str) -> click.ClickException:
+    """A bad option value: one line naming the option, exit status 2."""
+    from fednsl.cli.errors import BadInput
+
+    return BadInput(f"{option}: {message}")
+
+
+def _refuse_nonempty(out_dir: Path, force: bool) -> None:
+    """Refuse to write into an existing, non-empty ``--out`` unless ``--force`` (one line, exit status 2)."""
+    if not force and out_dir.is_dir() and any(out_dir.iterdir()):
+        raise _bad(
+            "--out", f"{out_dir} exists and is not empty; pass --force to replace its KG files or choose another"
+        )
+
+
+def _clear_kg_files(out_dir: Path) -> None:
+    """With ``--force``: remove what the KG readers would read in ``out_dir`` besides the new files (top-level
+    train/valid/dev/test and entity_types files in any suffix, ``client<K>/`` folders, split.json), so that
+    nothing stale is read with them. Other files stay."""
+    if not out_dir.is_dir():
+        return
+    for child in out_dir.iterdir():
+        if child.is_dir() and re.fullmatch(r"client\d+", child.name):
+            shutil.rmtree(child)
+        elif child.is_file() and (
+            re.fullmatch(r"(train|valid|dev|test|entity_types)\.(txt|tsv)(\.gz)?", child.name)
+            or child.name == "split.json"
+        ):
+            child.unlink()
 
 
 def _load(path: str, fmt: str, skip_bad: bool) -> Corpus:
@@ -408,11 +443,12 @@ Synthetic planted-rule set:
     help="Train, valid and test shares of the facts (comma-separated).",
 )
 @click.option("--skip-bad", is_flag=True, help="Skip documents with bad input (counted) instead of failing.")
-def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: bool) -> None:
+@click.option("--force", is_flag=True, help="Replace the KG files of an existing, non-empty --out.")
+def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: bool, force: bool) -> None:
     """Write a document corpus's facts as a typed knowledge graph for `method: fednsl-kg`.
 
-    OUT gets train/valid/test.txt (head<TAB>relation<TAB>tail) and entity_types.txt (entity<TAB>type).
-    Entities stay document-scoped (DOC/INDEX:NAME); the facts, not the documents, are split by one seeded
+    OUT gets train/valid/test.txt (head<TAB>relation<TAB>tail) and entity_types.txt (entity<TAB>type); a
+    non-empty OUT is refused unless --force. Entities stay document-scoped (DOC/INDEX:NAME); the facts, not the documents, are split by one seeded
     permutation (configs/fednsl_kg_dwie.yaml reads the same KG directly, as documents:PATH). Example:
 
       fednsl data to-kg ../shared/data/dwie --out data/dwie_kg
@@ -425,16 +461,154 @@ def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: 
         weights = [float(x) for x in shares.split(",")]
     except ValueError:
         raise click.BadParameter(f"{shares!r} must be three comma-separated numbers", param_hint="--shares") from None
+    _refuse_nonempty(out_dir, force)
     corpus = _load(path, fmt, skip_bad)
     try:
         kg = corpus_to_kg(corpus, seed=seed, shares=weights)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shares") from None
+    if force:
+        _clear_kg_files(out_dir)
     write_triples(kg, out_dir)
     click.echo(
         f"wrote {kg.name} as a typed KG to {out_dir}: {kg.num_entities} entities of {kg.num_types} types, "
         f"{kg.num_relations} relations, train {len(kg.train)} / valid {len(kg.valid)} / test {len(kg.test)}"
     )
+
+
+def _parse_shares(text: str | None, num_clients: int, partition: str) -> list[float] | None:
+    if text is None:
+        return None
+    if partition == "relation":
+        raise _bad("--shares", "applies to --partition entity or triple only")
+    try:
+        weights = [float(x) for x in text.split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != num_clients or not all(0 < w < float("inf") for w in weights):
+        raise _bad("--shares", f"{text!r} must be {num_clients} positive numbers, one per client (e.g. 0.7,0.15,0.15)")
+    return weights
+
+
+def _load_kg_source(source: str) -> KnowledgeGraph:
+    """A KG source as `method: fednsl-kg` reads it: as given, else resolved as ``data.source`` is."""
+    from kg.documents import DataError
+    from kg.kg_sources import load_kg
+
+    spec = source == "synthetic" or source.startswith(("synthetic:", "pykeen:"))
+    path = source.removeprefix("documents:")
+    try:
+        if not spec and not Path(path).expanduser().exists():
+            from fednsl.methods.fednsl_kg.config import resolve_source
+
+            source = resolve_source(source)
+        return load_kg(source)
+    except (DataError, OSError, ValueError) as exc:
+        raise _fail(exc) from exc
+
+
+@command.command("split")
+@click.argument("source")
+@click.option(
+    "--partition",
+    required=True,
+    metavar="entity|triple|relation",
+    help="entity: each client owns a share of the entities and keeps the triples between them (the others are "
+    "dropped); triple: the triples dealt out; relation: disjoint relation sets.",
+)
+@click.option("--num-clients", type=int, required=True, help="Number of clients.")
+@click.option(
+    "--shares",
+    default=None,
+    metavar="W1,W2,...",
+    help="entity/triple: one positive weight per client, sizes proportional to them (default: equal).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the partition.")
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder."
+)
+@click.option("--force", is_flag=True, help="Replace the KG files of an existing, non-empty --out.")
+def split(
+    source: str, partition: str, num_clients: int, shares: str | None, seed: int, out_dir: Path, force: bool
+) -> None:
+    """Split the KG SOURCE over clients and write FedLU's federated folder for `data.federated_folder`.
+
+    SOURCE: a triples folder, pykeen:NAME, synthetic[:SEED] or documents:PATH. OUT gets
+    client<K>/{train,valid,test}.txt, entity_types.txt (typed KGs) and split.json (the counts). Example:
+
+    \b
+      fednsl data split synthetic --partition entity --num-clients 3 --out my_fed_kg
+      fednsl train fednsl_kg_synthetic --set data.federated_folder=my_fed_kg
+    """
+    from kg.kg_partition import PARTITIONS, entity_owners, partition_kg, partition_report, write_federated_kg
+
+    if partition not in PARTITIONS:
+        raise _bad("--partition", f"{partition!r} is not one of entity, triple, relation")
+    if num_clients < 1:
+        raise _bad("--num-clients", f"must be at least 1, got {num_clients}")
+    weights = _parse_shares(shares, num_clients, partition)
+    _refuse_nonempty(out_dir, force)
+    kg = _load_kg_source(source)
+    try:
+        parts = partition_kg(kg, num_clients, by=partition, seed=seed, shares=weights)  # type: ignore[arg-type]
+    except ValueError as exc:  # too many clients for the KG, or shares that leave a client nothing
+        raise _bad("--shares" if "shares" in str(exc) else "--num-clients", str(exc)) from None
+    owned = entity_owners(kg.num_entities, num_clients, seed, weights) if partition == "entity" else None
+    report = partition_report(kg, parts)
+    clients = []
+    for k, part in enumerate(parts):
+        row: dict[str, Any] = {"client": k}
+        if owned is not None:
+            row["entities_owned"] = int((owned == k).sum())
+        row["entities"] = len(set(part.all_triples()[:, [0, 2]].ravel().tolist()))
+        row.update({s: len(part.split(s)) for s in ("train", "valid", "test")})
+        clients.append(row)
+    if force:
+        _clear_kg_files(out_dir)
+    write_federated_kg(parts, out_dir)
+    kept = {s: r["kept"] for s, r in report.items()}
+    dropped = {s: r["dropped"] for s, r in report.items()}
+    info: dict[str, Any] = {
+        "source": source,
+        "kg": kg.name,
+        "partition": partition,
+        "num_clients": num_clients,
+        "shares": weights,
+        "seed": seed,
+        "entities": kg.num_entities,
+        "relations": kg.num_relations,
+        "clients": clients,
+        "kept": kept,
+        "dropped": dropped,
+    }
+    (out_dir / "split.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+    def splits(counts: dict[str, int]) -> str:
+        return f"train {counts['train']} / valid {counts['valid']} / test {counts['test']}"
+
+    click.echo(
+        f"split {kg.name} ({kg.num_entities} entities, {kg.num_relations} relations, "
+        f"{splits({s: len(kg.split(s)) for s in report})}) by {partition} over {num_clients} clients (seed {seed})"
+    )
+    for row in clients:
+        ents = f"{row['entities']} entities in its triples"
+        if owned is not None:
+            ents = f"{row['entities_owned']} entities owned, {row['entities']} in its triples"
+        click.echo(f"  client{row['client']}: {ents}; {splits(row)}")
+    if any(dropped.values()):
+        click.echo(f"dropped (triples between two clients' entities): {splits(dropped)}")
+    else:
+        click.echo("dropped: none")
+    for row in clients:
+        empty = [s for s in ("train", "test") if not row[s]]
+        if empty:
+            click.echo(
+                f"warning: client{row['client']} has no {' and no '.join(empty)} triples "
+                "(use fewer clients or larger shares)"
+            )
+    files = "{train,valid,test}.txt" + (", entity_types.txt" if kg.entity_types is not None else "")
+    click.echo(f"wrote {out_dir}: client0..client{num_clients - 1}/{files}, split.json")
+    click.echo(f"train on it: fednsl train fednsl_kg_synthetic --set data.federated_folder={shlex.quote(str(out_dir))}")
 
 
 @command.command("prepare", help=PREPARE_HELP)

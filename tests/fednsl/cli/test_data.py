@@ -105,3 +105,111 @@ def test_a_small_import_says_which_setting_to_change(tmp_path: Path) -> None:
     assert res.output.strip().splitlines()[-1] == (
         "Error: 2 eligible documents (with entities; 0 excluded) cannot be split over 4 clients: "
         "set num_clients to at most 2 or add documents")
+
+
+# `fednsl data split`: a KG over clients in FedLU's folder layout; `to-kg`/`split` refuse a non-empty --out
+
+FAST_KG = ["rounds=1", "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1}",
+           "method_kwargs.mining={samples_per_relation: 80, max_rules_per_head: 20}",
+           "method_kwargs.max_bodies=12", "method_kwargs.pool_top=8", "method_kwargs.num_samples=30",
+           "method_kwargs.report_valid=false", "method_kwargs.generator={pretrain_epochs: 1, epochs: 1, "
+           "samples_per_epoch: 500}"]
+
+
+def _named(kg) -> dict[str, list[tuple[str, str, str]]]:
+    return {s: [(kg.entities[h], kg.relations[r], kg.entities[t]) for h, r, t in kg.split(s).tolist()]
+            for s in ("train", "valid", "test")}
+
+
+def _one_line_error(args: list[str], option: str) -> str:
+    res = CliRunner().invoke(command, args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {option}: "), res.output
+    return lines[0]
+
+
+def test_split_by_entity_reads_back_and_trains(tmp_path: Path) -> None:
+    from fednsl.cli.main import cli
+    from kg.kg_partition import partition_kg, partition_report, read_federated_kg
+    from kg.kg_sources import load_kg
+
+    out = tmp_path / "fed"
+    text = _run("split", "synthetic", "--partition", "entity", "--num-clients", "3", "--shares", "0.5,0.25,0.25",
+                "--seed", "1", "--out", str(out))
+    kg = load_kg("synthetic")
+    parts = partition_kg(kg, 3, by="entity", seed=1, shares=[0.5, 0.25, 0.25])
+    report = partition_report(kg, parts)
+    lines = text.splitlines()
+    assert lines[0] == ("split synthetic:0 (196 entities, 8 relations, train 901 / valid 113 / test 112) by entity "
+                        "over 3 clients (seed 1)")
+    assert [ln.split(":")[0] for ln in lines[1:4]] == ["  client0", "  client1", "  client2"]
+    assert lines[1].startswith("  client0: 98 entities owned, ")  # half of the 196 entities
+    assert lines[4] == ("dropped (triples between two clients' entities): train {train} / valid {valid} / "
+                        "test {test}").format(**{s: r["dropped"] for s, r in report.items()})
+    assert lines[-1] == f"train on it: fednsl train fednsl_kg_synthetic --set data.federated_folder={out}"
+    back = read_federated_kg(out)
+    assert [_named(p) for p in back] == [_named(p) for p in parts]
+    info = json.loads((out / "split.json").read_text())
+    assert info["partition"] == "entity" and info["shares"] == [0.5, 0.25, 0.25] and info["seed"] == 1
+    assert info["dropped"] == {s: r["dropped"] for s, r in report.items()}
+    assert [c["train"] for c in info["clients"]] == [len(p.train) for p in parts]
+    assert [c["entities_owned"] for c in info["clients"]] == [98, 49, 49]
+    assert not (out / "entity_types.txt").exists()  # the planted-rule KG is untyped
+    # the printed command trains on the folder: one round, three clients, every client's test triples ranked
+    args = lines[-1].removeprefix("train on it: fednsl ").split() + ["--out", str(tmp_path / "run"), "-q"]
+    for o in FAST_KG:
+        args += ["--set", o]
+    res = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["round"] == 1 and summary["test_queries"] == 2 * sum(len(p.test) for p in parts)
+
+
+def test_split_a_typed_kg_folder_by_triple_keeps_the_types(tmp_path: Path) -> None:
+    from kg.kg_partition import read_federated_kg
+    from kg.kg_sources import load_kg
+
+    _run("to-kg", "synthetic", "--out", str(tmp_path / "kg"))
+    text = _run("split", str(tmp_path / "kg"), "--partition", "triple", "--num-clients", "2", "--shares", "3,1",
+                "--out", str(tmp_path / "fed"))
+    assert "dropped: none" in text and "entity_types.txt" in text
+    kg = load_kg(tmp_path / "kg")
+    back = read_federated_kg(tmp_path / "fed")
+    assert [len(p.train) for p in back] == [round(0.75 * len(kg.train)), len(kg.train) - round(0.75 * len(kg.train))]
+    types = {e: kg.type_names[t] for e, t in zip(kg.entities, kg.entity_types)}
+    assert back[0].type_names and all(types[e] == back[0].type_names[t]
+                                      for e, t in zip(back[0].entities, back[0].entity_types))
+
+
+def test_split_refuses_bad_options_and_a_non_empty_out(tmp_path: Path) -> None:
+    out = str(tmp_path / "fed")
+    base = ["split", "synthetic", "--out", out]
+    assert "'node' is not one of entity, triple, relation" in _one_line_error(
+        [*base, "--partition", "node", "--num-clients", "2"], "--partition")
+    _one_line_error([*base, "--partition", "entity", "--num-clients", "0"], "--num-clients")
+    for shares in ("0.5,0.5", "1,0,1", "1,-2,1", "1,x,1", "1,nan,1"):
+        assert "3 positive numbers" in _one_line_error(
+            [*base, "--partition", "entity", "--num-clients", "3", "--shares", shares], "--shares")
+    _one_line_error([*base, "--partition", "relation", "--num-clients", "2", "--shares", "1,1"], "--shares")
+    assert "at most 196" in _one_line_error([*base, "--partition", "entity", "--num-clients", "197"],
+                                            "--num-clients")
+    assert not (tmp_path / "fed").exists()  # nothing written by a refused command
+    _run(*base, "--partition", "entity", "--num-clients", "4")
+    assert "pass --force" in _one_line_error([*base, "--partition", "triple", "--num-clients", "2"], "--out")
+    (tmp_path / "fed" / "notes.md").write_text("mine")
+    _run(*base, "--partition", "triple", "--num-clients", "2", "--force")  # the old client2/, client3/ go
+    assert sorted(p.name for p in (tmp_path / "fed").iterdir()) == ["client0", "client1", "notes.md", "split.json"]
+
+
+def test_to_kg_refuses_a_non_empty_out_unless_force(tmp_path: Path) -> None:
+    from kg.kg_sources import load_kg
+
+    out = tmp_path / "kg"
+    _run("to-kg", "synthetic", "--out", str(out), "--seed", "1")
+    first = load_kg(out)
+    assert "pass --force" in _one_line_error(["to-kg", "synthetic", "--out", str(out)], "--out")
+    (out / "valid.tsv").write_text("a\tr\tb\n")  # stale: would be read beside valid.txt
+    _run("to-kg", "synthetic", "--out", str(out), "--seed", "2", "--force")
+    second = load_kg(out)
+    assert len(second.valid) == len(first.valid) and _named(second)["test"] != _named(first)["test"]
