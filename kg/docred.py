@@ -109,7 +109,9 @@ def _unreadable(exc: BaseException) -> str:
 
 def _open(path: Path, mode: str = "rt"):
     if path.name.endswith(".gz"):
-        return gzip.open(path, mode, encoding="utf-8", **({"compresslevel": 6} if "w" in mode else {}))
+        if "w" in mode:
+            return gzip.open(path, mode, encoding="utf-8", compresslevel=6)
+        return gzip.open(path, mode, encoding="utf-8")
     return path.open(mode, encoding="utf-8")
 
 
@@ -145,7 +147,8 @@ def document_from_docred(
     sents = obj["sents"]
     if not all(isinstance(s, list) for s in sents):
         fail("'sents' must be a list of token lists")
-    starts, tokens = [], []
+    starts: list[int] = []
+    tokens: list[str] = []
     for s in sents:
         starts.append(len(tokens))
         tokens.extend(str(t) for t in s)
@@ -192,12 +195,12 @@ def document_from_docred(
         for e in (h, t):
             if not 0 <= e < n:
                 fail(f"label {r!r} refers to entity {e}, out of range [0, {n})")
-        key = (h, r, t)
-        if key in evidence:
+        fact = (h, r, t)
+        if fact in evidence:
             report.dropped["duplicate_fact"] += 1
             continue
-        evidence[key] = list(lab.get("evidence", []) or [])
-        facts.append(key)
+        evidence[fact] = list(lab.get("evidence", []) or [])
+        facts.append(fact)
 
     if type_vocab is not None:
         try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -201,7 +201,7 @@ class RuleCounts:
         missing = [f for f in cls.FIELDS if f not in data]
         if missing:
             raise ValueError(f"rule counts lack fields {missing}")
-        return cls(*(data[f] for f in cls.FIELDS))
+        return cls(*(np.asarray(data[f], dtype=np.int64) for f in cls.FIELDS))
 
 
 # --- engines ----------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class _Stack:
     present: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.present = self.mats.reshape(len(self.mats), -1).any(axis=1)
+        self.present = cast(np.ndarray, self.mats.reshape(len(self.mats), -1).any(axis=1))  # (U,) bool
 
 
 def _stack_from_facts(doc: GraphDoc, used: np.ndarray, R: int) -> _Stack:
@@ -393,11 +393,11 @@ def count_bodies(
     bodies = np.asarray(bodies, dtype=np.int64)
     if bodies.ndim == 1:
         bodies = bodies[None, :]
-    heads = np.broadcast_to(np.asarray(heads, dtype=np.int64), (bodies.shape[0],)).copy()
-    _check_tokens(heads, bodies, R)
+    head_ids = np.broadcast_to(np.asarray(heads, dtype=np.int64), (bodies.shape[0],)).copy()
+    _check_tokens(head_ids, bodies, R)
     stay = 2 * R
-    used = np.unique(np.concatenate([bodies.ravel(), heads, [stay]]))
-    total = RuleCounts.zeros(len(heads))
+    used = np.unique(np.concatenate([bodies.ravel(), head_ids, [stay]]))
+    total = RuleCounts.zeros(len(head_ids))
     for i, raw in enumerate(docs):
         doc = as_graph_doc(raw, i, R)
         if doc.n_entities == 0:
@@ -405,14 +405,17 @@ def count_bodies(
         use_dense = backend == "dense" or (backend == "auto" and len(used) * doc.n_entities**2 <= _DENSE_LIMIT)
         if use_dense:
             stack = _stack_from_facts(doc, used, R)
-            total = total + _dense_counts(stack, heads, bodies, stay, _pair_mask(doc, pair_types, i), chunk)
+            total = total + _dense_counts(stack, head_ids, bodies, stay, _pair_mask(doc, pair_types, i), chunk)
         else:
-            mask_rows = mask_cols = None
+            mask_rows: np.ndarray | None = None
+            mask_cols: np.ndarray | None = None
             if pair_types is not None:
                 _pair_mask(doc, pair_types, i)  # validates entity types
-                mask_rows = doc.entity_types == pair_types[0]
-                mask_cols = doc.entity_types == pair_types[1]
-            total = total + _sparse_counts(_SparseDoc(doc, R), heads, bodies, stay, mask_rows, mask_cols)
+                types = doc.entity_types
+                assert types is not None  # else _pair_mask raised
+                mask_rows = types == pair_types[0]
+                mask_cols = types == pair_types[1]
+            total = total + _sparse_counts(_SparseDoc(doc, R), head_ids, bodies, stay, mask_rows, mask_cols)
     return total
 
 

@@ -28,8 +28,7 @@ try:  # numba is optional: the torch fallback gives identical results, only slow
     import numba
 
     HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    numba = None
+except ImportError:  # pragma: no cover - exercised only where numba is absent (then only HAVE_NUMBA is read)
     HAVE_NUMBA = False
 
 BACKENDS = ("auto", "numba", "torch")
@@ -231,7 +230,7 @@ def _run_sliced(kernel, args: tuple, n_pairs: int, work: int, tail: tuple = ()) 
     done = threading.Event()
     errors: list[BaseException] = []
 
-    def work() -> None:
+    def take_slices() -> None:
         for s in todo:
             try:
                 kernel(*args, bounds[s], bounds[s + 1], *tail)
@@ -243,8 +242,8 @@ def _run_sliced(kernel, args: tuple, n_pairs: int, work: int, tail: tuple = ()) 
                     done.set()
 
     for _ in range(n_threads - 1):
-        _POOL.submit(work)
-    work()
+        _POOL.submit(take_slices)
+    take_slices()
     done.wait()
     if errors:
         raise errors[0]
@@ -328,7 +327,7 @@ def _maxprod_torch(
                 best = torch.where(better, prod, best)
                 best_k.masked_fill_(better, k)
         out.index_copy_(1, o_idx, best)
-        if best_k is not None:
+        if arg is not None and best_k is not None:  # best_k exists exactly when arg does
             arg.index_copy_(1, o_idx, best_k)
 
 
