@@ -547,6 +547,8 @@ def split(
     if num_clients < 1:
         raise _bad("--num-clients", f"must be at least 1, got {num_clients}")
     weights = _parse_shares(shares, num_clients, partition)
+    if Path(source.removeprefix("documents:")).expanduser().resolve() == out_dir.resolve():
+        raise _bad("--out", f"{out_dir} is the source KG's folder; choose another")
     _refuse_nonempty(out_dir, force)
     kg = _load_kg_source(source)
     try:

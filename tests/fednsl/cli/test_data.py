@@ -200,6 +200,8 @@ def test_split_refuses_bad_options_and_a_non_empty_out(tmp_path: Path) -> None:
     (tmp_path / "fed" / "notes.md").write_text("mine")
     _run(*base, "--partition", "triple", "--num-clients", "2", "--force")  # the old client2/, client3/ go
     assert sorted(p.name for p in (tmp_path / "fed").iterdir()) == ["client0", "client1", "notes.md", "split.json"]
+    assert "the source KG's folder" in _one_line_error(
+        ["split", out, "--out", out, "--partition", "triple", "--num-clients", "2", "--force"], "--out")
 
 
 def test_to_kg_refuses_a_non_empty_out_unless_force(tmp_path: Path) -> None:
