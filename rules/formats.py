@@ -52,6 +52,7 @@ __all__ = [
     "parse_rnnlogic",
     "read_rnnlogic_relations",
     "unique_rules",
+    "without_zero_support",
 ]
 
 AMIE_COLUMNS = (
@@ -82,6 +83,17 @@ class ScoredRule:
     confidence: float | None = None
     pca_confidence: float | None = None
     head_coverage: float | None = None
+
+
+def without_zero_support(rules: Iterable[ScoredRule]) -> tuple[list[ScoredRule], int]:
+    """The rules whose recorded support is not 0, and how many were dropped (rules without counts are kept).
+
+    A zero-support rule never predicts a known fact of the data it was counted on (AMIE would not output it; its
+    confidence is 0, or 0/0 when its body never holds), so exports leave it out.
+    """
+    items = list(rules)
+    kept = [r for r in items if r.support is None or r.support != 0]
+    return kept, len(items) - len(kept)
 
 
 def _ratio(num: int | None, den: int | None) -> float | None:

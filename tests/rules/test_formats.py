@@ -28,6 +28,7 @@ from rules.formats import (
     parse_rnnlogic,
     read_rnnlogic_relations,
     unique_rules,
+    without_zero_support,
 )
 from rules.measures import body_matrix
 from tests.rules.conftest import random_docs
@@ -208,3 +209,11 @@ def test_logire_json(vocab: RelationVocab) -> None:
     assert parse_logire_json(format_logire_json(rules, vocab), vocab) == rules
     with pytest.raises(RuleSyntaxError, match="rule #1"):
         parse_logire_json("[[0, [5]], [0, [8]]]", vocab)
+
+
+def test_without_zero_support_drops_only_recorded_zeros() -> None:
+    a, b, c = Rule(0, (1,)), Rule(0, (2, 3)), Rule(1, (0,))
+    items = (x for x in [ScoredRule(a, support=0, body_size=0), ScoredRule(b, support=3, body_size=4), ScoredRule(c)])
+    kept, dropped = without_zero_support(items)  # any iterable, read once
+    assert [k.rule for k in kept] == [b, c] and dropped == 1
+    assert without_zero_support([]) == ([], 0)
