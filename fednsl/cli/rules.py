@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from fednsl.cli.errors import BadInput
+from fednsl.cli.errors import BadInput, one_line
 
 if TYPE_CHECKING:  # the rule layer (numpy, scipy; torch for explain) loads when a subcommand runs, not for --help
     from rules.fol import RelationVocab
@@ -27,13 +27,38 @@ IN_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 OUT_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
+def _store_path(run_dir: Path) -> Path:
+    return run_dir / "rules.json" if run_dir.is_dir() else run_dir
+
+
 def _load(run_dir: Path) -> RuleStore:
+    """The run's rule store; a missing, torn or inconsistent rules.json is one line naming the file, exit 2."""
     from rules.store import RuleStore
 
+    path = _store_path(run_dir)
     try:
-        return RuleStore.load(run_dir)
-    except (FileNotFoundError, ValueError) as err:
-        raise click.ClickException(str(err)) from err
+        store = RuleStore.load(run_dir)
+        stay = store.vocab.stay
+        for t in store.find_triples():
+            bodies = store.triples[t].bodies
+            bad = bodies[(bodies < 0) | (bodies > stay)]
+            if bad.size:
+                raise ValueError(
+                    f"triple {store.triple_name(t)}: body token {int(bad[0])} outside the vocabulary [0, {stay}] "
+                    f"of its {len(store.relations)} relations"
+                )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        text = "not a rule store (expected a JSON object)" if isinstance(err, AttributeError) else one_line(err)
+        raise BadInput(text if str(path) in text else f"{path}: {text}") from err
+    return store
+
+
+def _option_error(option: str, err: Exception) -> BadInput:
+    """``--head: unknown relation 'x' (did you mean 'y'?)``: a bad option value as one line."""
+    text = one_line(err)
+    if text.startswith("<rule>: "):
+        text = text[len("<rule>: ") :]
+    return BadInput(f"{option}: {text}")
 
 
 def _num(x: float | None, width: int = 8) -> str:
@@ -45,9 +70,12 @@ def _num(x: float | None, width: int = 8) -> str:
 def _write(text: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=False)
-    else:
+        return
+    try:
         out.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {out}", err=True)
+    except OSError as err:
+        raise BadInput(f"--out: cannot write {out}: {err.strerror or one_line(err)}") from err
+    click.echo(f"wrote {out}", err=True)
 
 
 @click.group("rules")
@@ -56,6 +84,18 @@ def command() -> None:
 
 
 # --- list -------------------------------------------------------------------------------------
+
+
+def _check_head(store: RuleStore, head: str | None) -> None:
+    """``--head`` names a relation of the store (name or id), else one line with the closest names, exit 2."""
+    from rules.fol import RuleSyntaxError
+
+    if head is None:
+        return
+    try:
+        store.relation_id(head)
+    except (RuleSyntaxError, ValueError) as err:
+        raise _option_error("--head", err) from err
 
 
 def _rows_text(store: RuleStore, rows: list[RuleRow], client: str | None) -> str:
@@ -121,12 +161,13 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
     from rules.fol import RuleSyntaxError
 
     store = _load(run_dir)
+    if client is not None and client not in store.clients:
+        raise BadInput(f"--client: client {client!r} not in the store; clients: {', '.join(store.clients) or 'none'}")
+    _check_head(store, head)
     try:
-        if client is not None and client not in store.clients:
-            raise click.ClickException(f"client {client!r} not in the store; clients: {store.clients}")
         rows = store.rows(head=head, client=client, top=top)
     except (RuleSyntaxError, ValueError) as err:
-        raise click.ClickException(str(err)) from err
+        raise BadInput(f"{_store_path(run_dir)}: {one_line(err)}") from err
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in rows], indent=1))
     elif not rows and fmt == "text":
@@ -141,6 +182,19 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
 # --- export -----------------------------------------------------------------------------------
 
 
+def _export_path(run_dir: Path, out: str | None) -> Path | None:
+    """``--out``: None or ``-`` = stdout; a bare file name goes to RUN_DIR/exports/ (created), a path with a folder
+    part (``./x``, ``a/x``, ``/a/x``) as given."""
+    if out is None or out == "-":
+        return None
+    if "/" in out or os.sep in out:
+        return Path(out)
+    base = run_dir if run_dir.is_dir() else run_dir.parent
+    folder = base / "exports"
+    folder.mkdir(exist_ok=True)
+    return folder / out
+
+
 @command.command("export")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
@@ -151,22 +205,44 @@ def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | N
     help="anyburl: 'predicted<TAB>correct<TAB>confidence<TAB>h(X,Y) <= ...' (PyClause/SAFRAN); amie: AMIE 3 TSV; "
     "json: every rule with probabilities and measures; golden: 'head <- b1, ~b2'; rnnlogic: integer ids.",
 )
-@click.option("--out", type=OUT_FILE, default=None, help="Write here instead of stdout.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write here instead of stdout. A bare file name (--out rules.anyburl) is written to RUN_DIR/exports/; "
+    "a path with a folder (./rules.anyburl, out/rules.anyburl) as given.",
+)
 @click.option("--head", "head", default=None, help="Only rules with this head relation (name or id).")
-def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
-    """Export the learned rules for other rule engines (entity types merged: counts summed over triples)."""
+def export(run_dir: Path, fmt: str, out: str | None, head: str | None) -> None:
+    """Export the learned rules for other rule engines (entity types merged: counts summed over triples).
+
+    Rules with support 0 (counts recorded, and no pair of the run's training data satisfies body and head) are
+    never exported; stderr says how many were left out.
+    """
     from rules.fol import RuleSyntaxError, format_rules
-    from rules.formats import format_amie, format_anyburl, format_rnnlogic
+    from rules.formats import format_amie, format_anyburl, format_rnnlogic, without_zero_support
 
     store = _load(run_dir)
+    _check_head(store, head)
+    target = _export_path(run_dir, out)
+    if target is not None and not target.parent.is_dir():
+        raise BadInput(f"--out: cannot write {target}: folder {target.parent} does not exist")
+    note = "note: left out {} rules with support 0 (their body and head never hold together in the run's data)"
     try:
         if fmt == "json":
-            _write(json.dumps([r.to_json() for r in store.rows(head=head)], indent=1) + "\n", out)
+            rows = store.rows(head=head)
+            kept = [r for r in rows if (r.measures or {}).get("support", 1) != 0]
+            if len(kept) < len(rows):
+                click.echo(note.format(len(rows) - len(kept)), err=True)
+            _write(json.dumps([r.to_json() for r in kept], indent=1) + "\n", target)
             return
-        scored, probs, skipped = store.scored_rules(head)
+        scored, _, skipped = store.scored_rules(head)
+        scored, zero = without_zero_support(scored)
         rules = [s.rule for s in scored]
         if skipped:
             click.echo(f"note: left out {skipped} identity (all-stay) bodies, which are not chain rules", err=True)
+        if zero:
+            click.echo(note.format(zero), err=True)
         if fmt in ("anyburl", "amie") and any(s.support is None for s in scored):
             click.echo(
                 f"note: some rules have no confidence counts (`fednsl rules counts {run_dir}` adds them); "
@@ -174,9 +250,6 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
                 err=True,
             )
         if fmt == "anyburl":
-            # a body that never holds predicts nothing: confidence 0 (as AnyBURL scores it), not 0/0 = nan,
-            # which AnyBURL's reader (Java's Double.parseDouble) refuses
-            scored = [replace(s, confidence=0.0) if s.body_size == 0 else s for s in scored]
             text = format_anyburl(scored, store.vocab)
         elif fmt == "amie":
             text = format_amie(scored, store.vocab)
@@ -185,8 +258,8 @@ def export(run_dir: Path, fmt: str, out: Path | None, head: str | None) -> None:
         else:
             text = format_rnnlogic(rules, store.vocab)
     except (ValueError, RuleSyntaxError) as err:
-        raise click.ClickException(str(err)) from err
-    _write(text, out)
+        raise BadInput(f"{_store_path(run_dir)}: {one_line(err)}") from err
+    _write(text, target)
 
 
 # --- counts -----------------------------------------------------------------------------------
@@ -283,6 +356,19 @@ def _npz(path: Path) -> dict[str, Any]:
         raise click.ClickException(f"{path}: cannot read an .npz file ({err})") from err
 
 
+def _run_config(run_dir: Path) -> Any:
+    """RUN_DIR/config.yaml as a RunConfig, or None when the run has none."""
+    from fednsl.config import load_config
+
+    path = (run_dir if run_dir.is_dir() else run_dir.parent) / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return load_config(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BadInput(f"{path}: {one_line(err)}" if str(path) not in one_line(err) else one_line(err)) from err
+
+
 @command.command("explain")
 @click.argument("run_dir", type=RUN_DIR)
 @click.option(
@@ -298,15 +384,32 @@ def _npz(path: Path) -> dict[str, Any]:
     "doc_id",
     default=None,
     help="Instead of --values: a document id of the run; its data and backbone values are rebuilt from "
-    "RUN_DIR/config.yaml (a trained backbone is read from its cache).",
+    "RUN_DIR/config.yaml (a trained backbone is read from its cache). A fednsl-kg run needs neither: its "
+    "knowledge graph is rebuilt from the config.",
 )
-@click.option("--head", "head", required=True, help="Head relation (name or id).")
 @click.option(
-    "--pair", nargs=2, required=True, help="Head and tail entity (index, or name when the file has entity_names)."
+    "--head", "head", required=True, help="Head relation (name or id); on a fednsl-kg run ~REL or inv_REL: its inverse."
 )
-@click.option("--client", default=None, help="Use this client's posterior, weights and bias.")
+@click.option(
+    "--pair",
+    nargs=2,
+    required=True,
+    help="Head and tail entity (index, or name when the file has entity_names; on a fednsl-kg run an entity name "
+    "or id).",
+)
+@click.option(
+    "--client",
+    default=None,
+    help="Use this client's posterior, weights and bias (fednsl-kg: and only its training triples as evidence).",
+)
 @click.option("--types", nargs=2, default=None, help="Head and tail entity type (name or id) selecting the triple.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Show the K strongest bodies.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Show the K strongest bodies (fednsl-kg: every rule that fires, with up to K groundings each).",
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
 )
@@ -321,11 +424,26 @@ def explain(
     top: int,
     fmt: str,
 ) -> None:
-    """Which rule bodies and entity paths support HEAD(H, T) in one document (--values FILE or --doc DOC)."""
+    """Which rule bodies and entity paths support HEAD(H, T): in one document (--values FILE or --doc DOC) or, on
+    a fednsl-kg run, in the run's knowledge graph (the clients' training triples)."""
     from rules.explain import explain as explain_pair
     from rules.fol import RuleSyntaxError
 
     store = _load(run_dir)
+    if values_path is None:
+        config = _run_config(run_dir)
+        method = getattr(config, "method", None) or store.meta.get("method")
+        if method == "fednsl-kg":
+            if doc_id is not None:
+                raise BadInput("--doc: a fednsl-kg run has no documents; leave out --doc to explain a pair of its KG")
+            if types is not None:
+                raise BadInput("--types: a fednsl-kg rule head has one type signature; leave out --types")
+            if config is None:
+                raise BadInput(
+                    f"{run_dir / 'config.yaml'} not found: explaining a KG pair rebuilds the run's KG from it"
+                )
+            _explain_kg(store, config, head, pair, client, top, fmt)
+            return
     if (values_path is None) == (doc_id is None):
         raise click.ClickException("give exactly one of --values FILE.npz or --doc DOC")
     if values_path is not None:
@@ -375,6 +493,73 @@ def explain(
         click.echo(json.dumps(result.to_json(), indent=1))
     else:
         click.echo(result.format(store, names), nl=False)
+
+
+def _kg_entity(kg_entities: tuple[str, ...], index: dict[str, int], text: str) -> int:
+    """An entity of the KG by name, else by id; unknown: one line with the closest names (exit 2)."""
+    from rules.kg_explain import close_names
+
+    if text in index:
+        return index[text]
+    if text.isdigit() and int(text) < len(kg_entities):
+        return int(text)
+    close = close_names(text, kg_entities)
+    hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+    raise BadInput(f"--pair: unknown entity {text!r} (not a name or an id < {len(kg_entities)} of the KG){hint}")
+
+
+def _explain_kg(
+    store: RuleStore, config: Any, head: str, pair: tuple[str, str], client: str | None, top: int, fmt: str
+) -> None:
+    """``rules explain`` on a fednsl-kg run: rebuild the KG parts, ground the head's rules on the pair."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
+    from fednsl.registry import build_kwargs
+    from kg.grounding.sparse import SparseGraph
+    from rules.fol import RuleSyntaxError
+    from rules.kg_explain import explain_kg, parse_head
+
+    try:
+        parse_head(store.vocab, head)
+    except (RuleSyntaxError, ValueError) as err:
+        hint = "; an inverse head reads ~REL or inv_REL"
+        raise BadInput(f"{_option_error('--head', err).message}{hint}") from err
+    try:
+        data_cfg = build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)")
+        parts, _, kg_name = load_parts(data_cfg, int(config.seed))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BadInput(f"rebuilding the run's KG from config.yaml: {one_line(err)}") from err
+    if not parts:
+        raise BadInput("the run's config.yaml gives no KG part")
+    kg = parts[0]
+    if tuple(kg.relations) != tuple(store.relations):
+        raise BadInput(
+            f"the KG rebuilt from config.yaml ({kg.num_relations} relations) does not match the rule store's "
+            f"{len(store.relations)} relations: was the data changed after the run?"
+        )
+    width = len(str(len(parts) - 1))
+    ids = [f"c{i:0{width}d}" for i in range(len(parts))]  # the client ids fednsl-kg gives its parts
+    if client is not None and client not in ids:
+        raise BadInput(f"--client: unknown client {client!r}; the run's clients: {', '.join(ids)}")
+    chosen = [parts[ids.index(client)]] if client is not None else parts
+    triples = np.concatenate([p.train for p in chosen]) if chosen else np.zeros((0, 3), np.int64)
+    graph = SparseGraph.from_triples(triples, kg.num_entities, kg.num_relations)
+    index = {name: i for i, name in enumerate(kg.entities)}
+    h, t = (_kg_entity(kg.entities, index, x) for x in pair)
+    result = explain_kg(store, graph, head, (h, t), client=client, limit=top)
+    who = f"client {client}" if client is not None else f"{len(parts)} client{'s' if len(parts) > 1 else ''}"
+    result = replace(result, evidence=f"training triples of KG {kg_name} ({who}, {graph.num_edges // 2} facts)")
+
+    def name(e: int) -> str:
+        return kg.entities[e]
+
+    if fmt == "json":
+        click.echo(json.dumps(result.to_json(store.vocab, name), indent=1))
+    else:
+        click.echo(result.format(store.vocab, name), nl=False)
 
 
 # --- rule files -------------------------------------------------------------------------------

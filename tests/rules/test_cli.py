@@ -59,14 +59,51 @@ def test_list_tsv_and_json(run_dir: Path) -> None:
     assert len(rows) == 8 and rows[0]["triple_name"] == "child_of[person->person]"
 
 
+def one_error_line(res) -> str:
+    """The command failed with exit status 2 and printed exactly one line (``Error: ...``); that line."""
+    assert res.exit_code == 2, res.output
+    lines = res.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    return lines[0]
+
+
 def test_list_errors(run_dir: Path, tmp_path: Path) -> None:
-    res = invoke("list", run_dir, "--client", "9", ok=False)
-    assert res.exit_code != 0 and "client '9' not in the store" in res.output
-    res = invoke("list", run_dir, "--head", "parnt_of", ok=False)
-    assert res.exit_code != 0 and "did you mean 'parent_of'" in res.output
-    (tmp_path / "empty").mkdir()
-    res = invoke("list", tmp_path / "empty", ok=False)
-    assert res.exit_code != 0 and "no rule store" in res.output
+    assert "--client: client '9' not in the store; clients: 0, 1" in one_error_line(
+        invoke("list", run_dir, "--client", "9", ok=False)
+    )
+    for cmd in ("list", "export"):
+        fmt = ("--format", "amie") if cmd == "export" else ()
+        line = one_error_line(invoke(cmd, run_dir, *fmt, "--head", "parnt_of", ok=False))
+        assert "--head: unknown relation 'parnt_of' (did you mean 'parent_of'" in line
+        assert "--head: relation id 7 outside [0, 4)" in one_error_line(
+            invoke(cmd, run_dir, *fmt, "--head", 7, ok=False)
+        )
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        line = one_error_line(invoke(cmd, tmp_path / "empty", *fmt, ok=False))
+        assert f"no rule store at {tmp_path / 'empty' / 'rules.json'}" in line
+
+
+def test_damaged_store_errors_name_the_file(run_dir: Path, tmp_path: Path) -> None:
+    path = run_dir / "rules.json"
+    text = path.read_text()
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "rules.json").write_text(text[: len(text) // 2])
+    data = json.loads(text)
+    data["triples"][0]["bodies"][0][0] = 99  # a body token outside the vocabulary (2R+1 = 9 tokens)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rules.json").write_text(json.dumps(data))
+    del data["triples"][0]["rules"]  # without the rule texts the tokens are only checked when read
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "rules.json").write_text(json.dumps(data))
+    for cmd, fmt in (("list", ()), ("export", ("--format", "anyburl")), ("export", ("--format", "json"))):
+        line = one_error_line(invoke(cmd, torn, *fmt, ok=False))
+        assert f"{torn / 'rules.json'}: not valid JSON" in line
+        assert f"{bad / 'rules.json'}: " in one_error_line(invoke(cmd, bad, *fmt, ok=False))
+        line = one_error_line(invoke(cmd, bare, *fmt, ok=False))
+        assert f"{bare / 'rules.json'}: triple parent_of[person->person]: body token 99 outside the vocabulary" in line
 
 
 def test_export_formats(run_dir: Path, tmp_path: Path, small_store: RuleStore) -> None:
@@ -74,8 +111,13 @@ def test_export_formats(run_dir: Path, tmp_path: Path, small_store: RuleStore) -
     out = tmp_path / "rules.anyburl"
     res = invoke("export", run_dir, "--format", "anyburl", "--out", out)
     assert "left out 1 identity" in res.output
+    # zero-support rules (counts recorded, body and head never hold together) are never exported
+    scored, _, _ = small_store.scored_rules()
+    zero = {s.rule for s in scored if s.support == 0}
+    assert len(scored) == 7 and len(zero) == 4
+    assert res.stderr.count("left out 4 rules with support 0") == 1
     items = parse_anyburl(out.read_text(), vocab)
-    assert len(items) == 7 and all(i.support is not None for i in items)
+    assert len(items) == 3 and all(i.support for i in items) and not zero & {i.rule for i in items}
     counts = small_store.triples[(0, 0, 0)].global_counts()
     first = next(i for i in items if i.rule.head == 0 and i.rule.body == (5,))
     assert (first.support, first.body_size) == (counts.support[0], counts.body_size[0])
@@ -84,8 +126,26 @@ def test_export_formats(run_dir: Path, tmp_path: Path, small_store: RuleStore) -
     golden = parse_rules(invoke("export", run_dir, "--format", "golden").stdout, vocab)
     assert golden == [i.rule for i in items]
     assert parse_rnnlogic(invoke("export", run_dir, "--format", "rnnlogic").stdout, vocab) == golden
-    rows = json.loads(invoke("export", run_dir, "--format", "json", "--head", "lives_in").stdout)
-    assert {r["triple_name"] for r in rows} == {"lives_in[person->location]"}
+    res = invoke("export", run_dir, "--format", "json", "--head", "parent_of")
+    rows = json.loads(res.stdout)
+    assert {r["triple_name"] for r in rows} == {"parent_of[person->person]"}
+    assert [r["measures"]["support"] for r in rows] == [1, 1] and "left out 1 rules with support 0" in res.stderr
+    res = invoke("export", run_dir, "--format", "json", "--head", "lives_in")
+    assert json.loads(res.stdout) == [] and "left out 3 rules with support 0" in res.stderr
+
+
+def test_export_out_paths(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # a bare file name goes to RUN_DIR/exports/, never into the current folder (the repository root)
+    res = invoke("export", run_dir, "--format", "golden", "--out", "rules.txt")
+    assert res.stdout == "" and (run_dir / "exports" / "rules.txt").is_file() and not (tmp_path / "rules.txt").exists()
+    assert f"wrote {run_dir / 'exports' / 'rules.txt'}" in res.stderr
+    # a path with a folder part is taken as given; without --out the rules go to stdout and nothing is written
+    invoke("export", run_dir, "--format", "golden", "--out", "./here.txt")
+    assert (tmp_path / "here.txt").read_text() == (run_dir / "exports" / "rules.txt").read_text()
+    assert invoke("export", run_dir, "--format", "golden").stdout == (tmp_path / "here.txt").read_text()
+    res = invoke("export", run_dir, "--format", "golden", "--out", tmp_path / "missing" / "x.txt", ok=False)
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--out: cannot write" in res.output
 
 
 def test_export_without_counts(tmp_path: Path) -> None:
@@ -118,9 +178,7 @@ def test_explain(run_dir: Path, tmp_path: Path) -> None:
     args = ("explain", run_dir, "--values", npz)
     out = invoke(*args, "--head", "parent_of", "--pair", "ann", "bob", "--client", "0").output
     assert "parent_of(ann#0, bob#1)" in out and "ann#0 -~child_of(0.9)-> bob#1" in out and "logit" in out
-    data = json.loads(
-        invoke(*args, "--head", "0", "--pair", 0, 1, "--top", 1, "--format", "json").output
-    )
+    data = json.loads(invoke(*args, "--head", "0", "--pair", 0, 1, "--top", 1, "--format", "json").output)
     assert len(data["items"]) == 1 and data["items"][0]["value"] == pytest.approx(0.9)
     res = invoke("explain", run_dir, "--values", npz, "--head", "parent_of", "--pair", "ann", "zed", ok=False)
     assert res.exit_code == 1 and "entity 'zed'" in res.output
