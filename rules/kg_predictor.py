@@ -73,7 +73,7 @@ class PredictorConfig:
     max_fanout: int | None = None  # drop a (query, rule) grounding reaching more candidates than this (None: keep)
     seed: int = 0
     # "confidence": first-feature weights start at init_scale · the body's leave-one-out confidence on the training
-    # queries (own fact removed; see RulePredictor._train_confidence) (Kinship,
+    # queries (own fact removed; see RulePredictor._train_evidence) (Kinship,
     # 200 confidence-ranked rules: test MRR .630 from zero init -> .648 with scale 10, lr .02); "zero" = RNNLogic
     init: str = "confidence"  # or "amie": the body's AMIE confidence on the whole graph (own facts included)
     init_scale: float = 10.0
@@ -89,6 +89,9 @@ class PredictorConfig:
     # denominator; s > 0 = RNNLogic's smoothed target (``smoothing`` in its trainer): the answer weighs 1 and every
     # other known answer s, over the unfiltered softmax, normalised by the batch's summed target weight
     smoothing: float = 0.0
+    # evaluate the starting weights on valid too, so a head keeps them when training does not improve its valid MRR
+    # (a client with a few facts keeps the weights it started from, e.g. ones pooled over federated clients)
+    eval_init: bool = False
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -157,6 +160,7 @@ class _HeadModel:
     h_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
     type_weights: torch.Tensor | None = None  # (2R,) u_q of the type prior, 0 at q and q⁻¹
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
+    evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
 
     def parameters(self) -> list[torch.Tensor]:
         return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
@@ -177,8 +181,18 @@ class RulePredictor:
         *,
         num_relations: int | None = None,
         config: PredictorConfig | None = None,
+        init_confidence: Mapping[int, np.ndarray] | None = None,
+        init_weights: Mapping[int, np.ndarray] | None = None,
+        init_type_weights: Mapping[int, np.ndarray] | None = None,
     ) -> None:
         self.config = PredictorConfig() if config is None else config
+        # per head (J_q,) confidences to start the path bodies' weights from instead of the local ones (NaN: keep the
+        # local value); e.g. pooled over federated clients' evidence (``rule_evidence``), used with init "confidence"
+        self.init_confidence = {int(q): np.asarray(c, dtype=np.float64) for q, c in (init_confidence or {}).items()}
+        # per head (J_q,) first-feature weights of the path bodies to start from (NaN: the confidence start), and (2R,)
+        # type-prior weights: e.g. the weights other clients fitted, averaged by the server (FedAvg's start)
+        self.init_weights = {int(q): np.asarray(w, dtype=np.float64) for q, w in (init_weights or {}).items()}
+        self.init_type_weights = {int(q): np.asarray(w, dtype=np.float64) for q, w in (init_type_weights or {}).items()}
         if aggregator != self.config.aggregator:
             self.config = PredictorConfig(**{**asdict(self.config), "aggregator": aggregator})
         if self.config.aggregator not in _AGGREGATORS:
@@ -574,13 +588,22 @@ class RulePredictor:
                 extra = constants.confidence if constants is not None else none
                 conf = torch.from_numpy(np.concatenate([amie, extra])).float()
             else:
-                conf = self._train_confidence(
+                hits, size = self._train_evidence(
                     q, train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
                 )
+                J = len(self.bodies.get(q, []))
+                model.evidence = (hits[:J].numpy(), size[:J].numpy())
+                conf = (hits / size.clamp(min=1)).float()
+                given = self.init_confidence.get(q)
+                if given is not None:  # the first len(given) bodies (a client may add its own after the server's)
+                    n = min(len(given), J)
+                    known = torch.from_numpy(np.isfinite(given[:n]))
+                    conf[:n] = torch.where(known, torch.from_numpy(np.nan_to_num(given[:n])).float(), conf[:n])
             if cfg.aggregator == "sum":
                 model.weights[:, 0] = cfg.init_scale * conf
             else:
                 model.weights[:, 0] = torch.logit(conf.clamp(1e-3, 1 - 1e-3))
+        self._start_from_given(q, model)
         params = model.parameters()
         for p in params:
             p.requires_grad_(True)
@@ -589,6 +612,9 @@ class RulePredictor:
         best_state = [p.detach().clone() for p in params]
         bad = 0
         history = []
+        if valid_batches and cfg.eval_init:
+            best = (self._mrr(model, valid_batches), 0)
+            history.append(best[::-1])
         for epoch in range(1, epochs + 1):
             batches: Sequence[_Batch] | Iterator[_Batch] = (
                 train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
@@ -629,6 +655,19 @@ class RulePredictor:
             "cached": cached,
         }
 
+    def _start_from_given(self, q: int, model: _HeadModel) -> None:
+        """Overwrite the start with the given weights (``init_weights``, ``init_type_weights``) where known."""
+        J = len(self.bodies.get(q, []))
+        given = self.init_weights.get(q)
+        if given is not None:  # the first len(given) bodies, as for init_confidence
+            n = min(len(given), J)
+            start = torch.from_numpy(np.nan_to_num(given[:n])).float()
+            model.weights[:n, 0] = torch.where(torch.from_numpy(np.isfinite(given[:n])), start, model.weights[:n, 0])
+        types = self.init_type_weights.get(q)
+        if types is not None and model.type_weights is not None and types.shape == tuple(model.type_weights.shape):
+            assert model.type_mask is not None
+            model.type_weights = torch.from_numpy(types).float() * model.type_mask
+
     def _cached(self, batches: Iterator[_Batch]) -> list[_Batch] | None:
         """The batches as a list while they hold at most ``cache_nnz`` entries in all, else None (stops grounding
         at the first batch over the limit, so an uncacheable head never holds more than one batch at once)."""
@@ -641,10 +680,13 @@ class RulePredictor:
         return out
 
     @torch.no_grad()
-    def _train_confidence(self, q: int, batches: Sequence[_Batch] | Iterator[_Batch]) -> torch.Tensor:
-        """(J,) leave-one-out confidence of each body on the head's training queries, own fact removed:
-        #queries whose answer the body reaches / #(query, candidate) pairs it reaches (AMIE's standard confidence
-        counted over the training queries, so a body that only fires through the query's own edge gets 0)."""
+    def _train_evidence(
+        self, q: int, batches: Sequence[_Batch] | Iterator[_Batch]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(J,) hits and (J,) reached pairs of each body on the head's training queries, own fact removed: the
+        leave-one-out confidence is hits / reached, #queries whose answer the body reaches over #(query, candidate)
+        pairs it reaches (AMIE's standard confidence counted over the training queries, so a body that only fires
+        through the query's own edge gets 0). Both are sums over queries: they add up over clients."""
         J = self._num_rules(q)
         hits = torch.zeros(J, dtype=torch.float64)
         size = torch.zeros(J, dtype=torch.float64)
@@ -655,7 +697,7 @@ class RulePredictor:
             pos = (batch.flat % self.num_entities) == batch.answers[row]
             hits.index_add_(0, batch.rule[pos], torch.ones(int(pos.sum()), dtype=torch.float64))
             size += torch.bincount(batch.rule, minlength=J).double()
-        return (hits / size.clamp(min=1)).float()
+        return hits, size
 
     @torch.no_grad()
     def _mrr(self, model: _HeadModel, batches: Sequence[_Batch]) -> float:
@@ -737,6 +779,15 @@ class RulePredictor:
             )
             for q, bodies in self.bodies.items()
         }
+
+    def rule_evidence(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per fitted head relation: the path bodies' leave-one-out (hits, reached pairs) on its training queries
+        (:meth:`_train_evidence`; init "confidence" only), aligned with ``self.bodies[q]``."""
+        return {q: m.evidence for q, m in self.models.items() if m.evidence is not None}
+
+    def type_weights(self) -> dict[int, np.ndarray]:
+        """Per fitted head relation: the (2R,) type-prior weights u_q (``type_prior`` only)."""
+        return {q: m.type_weights.detach().numpy().copy() for q, m in self.models.items() if m.type_weights is not None}
 
     def rule_weights(self) -> dict[int, np.ndarray]:
         """Per head relation: (J,) learned weight per body (σ(w) = confidence for max / noisy-or); (J, F) when

@@ -125,7 +125,7 @@ def test_rules_counts_command_restores_the_counts_of_an_old_run(
     assert all(row.split("\t")[8] != "" for row in listed.output.splitlines()[1:])  # support column
     exported = runner.invoke(cli, ["rules", "export", str(old), "--format", "anyburl"])
     assert exported.exit_code == 0
-    for line in exported.output.splitlines():
+    for line in exported.stdout.splitlines():
         predicted, correct, conf, rule = line.split("\t")
         assert int(predicted) >= int(correct) >= 0 and 0.0 <= float(conf) <= 1.0 and " <= " in rule
         assert conf != "nan"

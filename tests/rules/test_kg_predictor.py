@@ -403,3 +403,50 @@ def test_type_prior_ranks_unseen_answers_of_the_answer_type() -> None:
         mrr[prior] = float(expected_reciprocal_rank(scores, torch.from_numpy(te[:, 2]), known).mean())
     assert mrr[True] > 2 * mrr[False]
     assert mrr[True] > 0.25  # a tie among the 10 unseen typed entities: H_10 / 10 = .29 (untyped: H_40 / 40 = .11)
+
+
+def _walks(train: np.ndarray, body: tuple[int, ...], start: int, drop: tuple[int, int, int], R: int) -> set[int]:
+    """Brute force: the entities a body reaches from ``start`` on ``train`` without the fact ``drop`` (both ways)."""
+    edges = [(h, r, t) for h, r, t in train.tolist() if (h, r, t) != drop]
+    step = {(h, r): set() for h, r, _ in edges} | {(t, r + R): set() for _, r, t in edges}
+    for h, r, t in edges:
+        step[(h, r)].add(t)
+        step[(t, r + R)].add(h)
+    here = {start}
+    for tok in body:
+        here = set().union(*(step.get((e, tok), set()) for e in here))
+    return here
+
+
+def test_rule_evidence_is_the_leave_one_out_hit_and_reach_count() -> None:
+    """hits = #training queries whose answer the body reaches with the query's own fact removed, reached = #(query,
+    candidate) pairs; the confidence start is their ratio (and additive over clients)."""
+    train, _ = family(n_families=6)
+    R, bodies = 3, [(0, 0), (2,), (0, 2)]
+    p = RulePredictor({1: bodies}, 18, num_relations=R, config=PredictorConfig(epochs=1, entity_bias=False))
+    p.fit(train, train)
+    hits, reached = p.rule_evidence()[1]
+    queries = [(h, t) for h, r, t in train.tolist() if r == 1]
+    for j, body in enumerate(bodies):
+        reach = [_walks(train, body, h, (h, 1, t), R) for h, t in queries]
+        assert hits[j] == sum(t in s for (_, t), s in zip(queries, reach))
+        assert reached[j] == sum(len(s) for s in reach)
+
+
+def test_given_confidence_and_weights_start_the_first_bodies_only() -> None:
+    """A start given for the server's J bodies leaves bodies appended after them (a client's own) at their local
+    start; NaN keeps the local value; eval_init evaluates the start on valid (epoch 0)."""
+    train, test = family(n_families=8)
+    bodies = [(0, 0), (2,), (0, 2)]
+    local = RulePredictor({1: bodies}, 24, num_relations=3, config=PredictorConfig(epochs=0, entity_bias=False))
+    local.fit(train, train)
+    given = RulePredictor({1: bodies}, 24, num_relations=3, config=PredictorConfig(epochs=0, entity_bias=False),
+                          init_confidence={1: np.array([0.25, np.nan])})
+    given.fit(train, train)
+    w0, w1 = local.rule_weights()[1], given.rule_weights()[1]
+    assert w1[0] == pytest.approx(10 * 0.25) and w1[1:] == pytest.approx(w0[1:])
+    start = RulePredictor({1: bodies}, 24, num_relations=3,
+                          config=PredictorConfig(epochs=5, eval_every=5, entity_bias=False, eval_init=True),
+                          init_weights={1: np.array([3.0, np.nan, -1.0])})
+    log = start.fit(train, train, valid_triples=test)
+    assert log["heads"][1]["history"][0][0] == 0  # the start was scored on valid before training

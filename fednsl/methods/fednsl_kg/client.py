@@ -7,6 +7,7 @@ exact sums of its ranking metrics — never a triple, an entity id or a predicto
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -20,7 +21,13 @@ from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl_kg.bodies import merge_directions, mirror, query_rule_sets
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
-from fednsl.methods.fednsl_kg.messages import COUNT_FIELDS, SIGNATURE_FIELDS, encode_rank_sums, sum_signatures
+from fednsl.methods.fednsl_kg.messages import (
+    COUNT_FIELDS,
+    EVIDENCE_PARTS,
+    SIGNATURE_FIELDS,
+    encode_rank_sums,
+    sum_signatures,
+)
 from fednsl.tasks.rule_learning import Proposal, pad_bodies
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
@@ -118,6 +125,7 @@ class FedNSLKGClient(Client):
         self.R, self.E = part.num_relations, part.num_entities
         self.predictor: RulePredictor | None = None
         self._graph: SparseGraph | None = None
+        self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -144,6 +152,7 @@ class FedNSLKGClient(Client):
         with torch_threads(self.cfg.num_threads):
             mined = mine_forward_rules(self.graph, self.part.train, L, msg.config_int("seed"), self.cfg.mining)
         heads, bodies, support = [], [], []
+        self.mined = {int(r): list(table) for r, table in mined.items() if self.train_counts[r]}
         for r, table in mined.items():
             if not self.train_counts[r]:
                 continue
@@ -175,14 +184,49 @@ class FedNSLKGClient(Client):
         )
         return float(m.compute()["mrr"])
 
-    def fit(self, p: Proposal, seed: int) -> dict[str, Any]:
-        """Fit a fresh predictor on the server's rules (both query directions) for this client's relations:
-        trained on the local train facts, each head early-stopped on the local valid facts."""
+    def fit(self, p: Proposal, seed: int, start: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Fit a fresh predictor on the server's rules (both query directions) for this client's relations, plus
+        its own mined bodies after them (``keep_own_rules``): trained on the local train facts, each head
+        early-stopped on the local valid facts. Rule weights start from the server's averaged weights where it sent
+        them (``start_weights``/``start_known``; a head then keeps them unless training improves its valid MRR),
+        else from the pooled ``confidence`` (T, J, 2) where known (≥ 0), else from the local leave-one-out one."""
+        start = dict(start or {})
+        confidence = start.get("confidence")
         rule_sets = query_rule_sets(
             np.asarray(p.relations, dtype=np.int64), p.bodies.numpy(), p.mask.numpy(), self.R, keep=self.relations
         )
-        pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
-        self.predictor = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
+        init: dict[int, np.ndarray] = {}
+        weights: dict[int, np.ndarray] = {}
+        types: dict[int, np.ndarray] = {}
+        sw, sk = start.get("start_weights"), start.get("start_known")
+        tw, tk = start.get("start_type_weights"), start.get("start_type_known")
+        for t, r in enumerate(p.relations):
+            J_t = int(p.mask[t].sum())
+            if confidence is not None and r in rule_sets:
+                c = np.where(confidence[t, :J_t] >= 0, confidence[t, :J_t], np.nan)
+                init[r], init[r + self.R] = c[:, 0], c[:, 1]
+            for k, q in enumerate((r, r + self.R)):
+                if sw is not None and sk is not None and q in rule_sets:
+                    weights[q] = np.where(sk[t, :J_t, k], sw[t, :J_t, k], np.nan)
+                if tw is not None and tk is not None and bool(tk[t, k]):
+                    types[q] = tw[t, k]
+            if self.cfg.keep_own_rules and r in rule_sets:
+                sent = set(rule_sets[r])
+                own = [b for b in self.mined.get(r, []) if b not in sent]
+                rule_sets[r] = rule_sets[r] + own
+                rule_sets[r + self.R] = rule_sets[r + self.R] + [mirror(b, self.R) for b in own]
+        given = bool(weights or types)
+        pcfg = PredictorConfig(**{"eval_init": given, **self.cfg.predictor, "aggregator": self.cfg.aggregator})
+        self.predictor = RulePredictor(
+            rule_sets,
+            self.E,
+            self.cfg.aggregator,
+            num_relations=self.R,
+            config=pcfg,
+            init_confidence=init,
+            init_weights=weights,
+            init_type_weights=types,
+        )
         valid = self.part.valid if len(self.part.valid) else None
         report = self._valid_mrr if (self.cfg.report_valid and valid is not None) else None
         with torch_threads(self.cfg.num_threads):
@@ -199,10 +243,13 @@ class FedNSLKGClient(Client):
         mask, log_prior = p.mask.numpy(), p.log_prior.numpy()
         T, J = mask.shape
         t0 = time.perf_counter()
-        log = self.fit(p, msg.config_int("seed"))
+        log = self.fit(p, msg.config_int("seed"), msg.arrays)
         t1 = time.perf_counter()
         assert self.predictor is not None
-        scores = self.predictor.rule_scores()
+        rels = np.asarray(p.relations, dtype=np.int64)
+        sent = {q: len(b) for q, b in query_rule_sets(rels, p.bodies.numpy(), p.mask.numpy(), self.R).items()}
+        scores = {q: s[: sent.get(q, 0)] for q, s in self.predictor.rule_scores().items()}  # the server's bodies
+        evidence = self._evidence(p)
         with torch_threads(self.cfg.num_threads):
             counts = (
                 {
@@ -249,11 +296,62 @@ class FedNSLKGClient(Client):
         }
         if log.get("valid") is not None:
             metrics["valid_mrr"] = float(log["valid"])
-        return msg.reply(
-            self.cid,
-            arrays={"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays},
-            metrics=metrics,
-        )
+        arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
+        if self.cfg.federated_confidence:
+            arrays["evidence"] = evidence
+        if self.cfg.federated_weights:
+            arrays.update(self._weights(p, log))
+        return msg.reply(self.cid, arrays=arrays, metrics=metrics)
+
+    def _weights(self, p: Proposal, log: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The fitted weights of the proposal's bodies (T, J, 2), the type prior's (T, 2, 2R) when it has one, and
+        the training queries of each head direction (T, 2) (0: not fitted here)."""
+        assert self.predictor is not None
+        T, J = p.mask.shape
+        rule_w = np.zeros((T, J, 2))
+        type_w = np.zeros((T, 2, 2 * self.R))
+        queries = np.zeros((T, 2), dtype=np.int64)
+        fitted, found_types = self.predictor.rule_weights(), self.predictor.type_weights()
+        heads = log.get("heads", {})
+        for t, r in enumerate(p.relations):
+            J_t = int(p.mask[t].sum())
+            for k, q in enumerate((r, r + self.R)):
+                n = int(heads.get(q, {}).get("train_queries", 0))
+                if q not in fitted or n == 0:
+                    continue
+                w = fitted[q]
+                rule_w[t, :J_t, k] = (w if w.ndim == 1 else w[:, 0])[:J_t]
+                if q in found_types:
+                    type_w[t, k] = found_types[q]
+                queries[t, k] = n
+        out = {"rule_weights": rule_w, "weight_queries": queries}
+        if found_types:
+            out["type_weights"] = type_w
+        return out
+
+    def _evidence(self, p: Proposal) -> np.ndarray:
+        """(T, J, 4) the proposal bodies' leave-one-out (hits, reached) on this client's training queries, forward
+        head then inverse head (:data:`.messages.EVIDENCE_PARTS`); zero where a head has no training query."""
+        assert self.predictor is not None
+        T, J = p.mask.shape
+        out = np.zeros((T, J, len(EVIDENCE_PARTS)), dtype=np.int64)
+        found = self.predictor.rule_evidence()
+        for t, r in enumerate(p.relations):
+            J_t = int(p.mask[t].sum())
+            for k, q in enumerate((r, r + self.R)):
+                if q in found:
+                    hits, reached = found[q]
+                    out[t, :J_t, 2 * k] = np.rint(hits[:J_t])
+                    out[t, :J_t, 2 * k + 1] = np.rint(reached[:J_t])
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The round-1 mined bodies (kept beside the server's proposals in later rounds)."""
+        return {"mined": json.dumps([[r, [list(b) for b in bs]] for r, bs in sorted(self.mined.items())])}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "mined" in state:
+            self.mined = {int(r): [tuple(b) for b in bs] for r, bs in json.loads(state["mined"])}
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:

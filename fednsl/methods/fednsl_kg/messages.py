@@ -7,8 +7,11 @@ ids in 0..2R-1 padded with 2R (stay), length L = ``max_body_len``.
 Server → client (``train``): the round's proposal in the rule learners' one wire format
 (:class:`fednsl.tasks.rule_learning.Proposal`): ``heads`` (T, 3) rule heads (forward relation, domain type, range
 type), ``bodies`` (T, J, L), ``log_prior`` (T, J) log p_θ(body | head) renormalised over the J bodies (0 where
-masked), ``counts`` (T, J) sample counts, ``mask`` (T, J); config ``use_prior`` and ``counts`` (whether to send AMIE
-counts this round).
+masked), ``counts`` (T, J) sample counts, ``mask`` (T, J); with ``federated_confidence``, from round 2 on,
+``confidence`` (T, J, 2): each body's leave-one-out confidence pooled over the learner's clients (forward and inverse
+head; −1 where unknown); with ``federated_weights``, the clients' averaged weights to start from: ``start_weights``
+(T, J, 2) and ``start_type_weights`` (T, 2, 2R) with their masks ``start_known`` (T, J, 2) and ``start_type_known``
+(T, 2); config ``use_prior`` and ``counts`` (whether to send AMIE counts this round).
 
 Client → server:
 
@@ -20,7 +23,12 @@ Client → server:
 - ``train`` (E-step): ``posterior`` (T, J) distribution over each head's bodies (rows of heads without local
   training triples are zero with ``mask`` false), ``instances`` (T,), and the additive AMIE counts
   ``support``, ``body_size``, ``pca_body_size``, ``head_size`` (T, J) of every body on the local training graph
-  (:class:`rules.measures.RuleCounts`; the server sums them, so the store's counts are exact over clients).
+  (:class:`rules.measures.RuleCounts`; the server sums them, so the store's counts are exact over clients); with
+  ``federated_confidence`` also ``evidence`` (T, J, 4): per body the leave-one-out hits and reached (query,
+  candidate) pairs on the client's training queries of the forward and of the inverse head (:data:`EVIDENCE_PARTS`,
+  sums over queries, never a query or an entity); with ``federated_weights`` its fitted predictor weights:
+  ``rule_weights`` (T, J, 2) per body and query direction, ``type_weights`` (T, 2, 2R) the type prior's, and
+  ``weight_queries`` (T, 2) the training queries they were fitted on (the server's averaging weights).
 - ``evaluate``: the exact sums of the filtered-ranking state (:class:`kg.linkpred.RankingMetrics`: fixed-point
   integers, one row per sum in :func:`rank_sum_names` order, written as ``LIMBS`` base-2^62 int64 limbs) in
   ``rank_sums`` (S, LIMBS) and the query count; the server's merge equals one ranking over all clients' queries.
@@ -31,10 +39,13 @@ from __future__ import annotations
 import numpy as np
 
 from fednsl.federation.records import ArraySpec, Schema
+from fednsl.tasks.rule_learning.proposal import PROPOSAL_SCHEMA
 from kg.linkpred import RankingMetrics
 
 __all__ = [
     "COUNT_FIELDS",
+    "EVIDENCE_PARTS",
+    "TRAIN_REQUEST_SCHEMA",
     "EVAL_METRICS",
     "EVAL_SCHEMA",
     "LIMBS",
@@ -50,6 +61,9 @@ __all__ = [
 ]
 
 COUNT_FIELDS = ("support", "body_size", "pca_body_size", "head_size")
+#: ``evidence`` (T, J, 4): per body, the leave-one-out hits and reached pairs on the client's training queries of
+#: the forward head, then of the inverse head (sums over queries: they add up over clients)
+EVIDENCE_PARTS = ("hits", "reached", "hits_inverse", "reached_inverse")
 SIGNATURE_FIELDS = ("signature_heads", "signature_types", "signature_counts")  # train.stats: typed heads
 
 STATS_METRICS = ("num_examples", "mined_rules", "time_s")
@@ -93,8 +107,26 @@ TRAIN_SCHEMA = Schema(
         ArraySpec("mask", "mask", "bool", ("T", "J")),
         ArraySpec("instances", "counts", "int", ("T",)),
         *(ArraySpec(name, "counts", "int", ("T", "J")) for name in COUNT_FIELDS),
+        ArraySpec("evidence", "counts", "int", ("T", "J", len(EVIDENCE_PARTS)), required=False),
+        ArraySpec("rule_weights", "weights", "float", ("T", "J", 2), required=False),
+        ArraySpec("type_weights", "weights", "float", ("T", 2, None), required=False),
+        ArraySpec("weight_queries", "counts", "int", ("T", 2), required=False),
     ),
     metrics=TRAIN_METRICS,
+)
+
+#: server -> client: the proposal plus, once known, each body's confidence pooled over the learner's clients,
+#: (T, J, 2) forward and inverse head, −1 where no client has evidence yet (arrays must be finite)
+TRAIN_REQUEST_SCHEMA = Schema(
+    arrays=(
+        *PROPOSAL_SCHEMA.arrays,
+        ArraySpec("confidence", "scores", "float", ("T", "J", 2), required=False),
+        ArraySpec("start_weights", "weights", "float", ("T", "J", 2), required=False),
+        ArraySpec("start_known", "mask", "bool", ("T", "J", 2), required=False),
+        ArraySpec("start_type_weights", "weights", "float", ("T", 2, None), required=False),
+        ArraySpec("start_type_known", "mask", "bool", ("T", 2), required=False),
+    ),
+    any_config=True,
 )
 
 # Exact ranking sums: non-negative Python integers (2^-96 fixed point) split into int64 limbs of 62 bits.

@@ -12,6 +12,14 @@ What is the KG's own (the hooks):
 - a proposal is, per head, the pool's ``pool_top`` most probable bodies plus the unique bodies among N ancestral
   samples of T_θ (Eq. 5), at most ``max_bodies``; the prior p_θ is T_θ renormalised over them;
 - clients send AMIE counts with their posteriors (every round, the last or never: ``counts``), summed in the store;
+- with ``federated_confidence`` clients also send each body's leave-one-out evidence (hits and reached pairs on
+  their training queries); the server sums it over the learner's clients (the latest round a body was proposed)
+  and sends the pooled confidence Σ hits / Σ reached with the next proposal, from which clients start their rule
+  weights — sufficient statistics, so a data-poor client's weights start from all clients' facts;
+- with ``federated_weights`` clients also send their fitted rule and type-prior weights; the server averages them
+  per (head, body) and per head, weighted by the training queries they were fitted on (FedAvg), and sends the
+  averages with the next proposal as the weights to start from; each client keeps them per head unless its own
+  training improves its valid MRR (the personal part);
 - evaluation merges the clients' exact ranking sums (:class:`kg.linkpred.RankingMetrics`).
 
 ``local_only``: every client is its own learner (the lower bound: each client alone).
@@ -35,12 +43,13 @@ from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVAL_SCHEMA,
     SIGNATURE_FIELDS,
+    TRAIN_REQUEST_SCHEMA,
     TRAIN_SCHEMA,
     decode_rank_sums,
     stats_schema,
     sum_signatures,
 )
-from fednsl.tasks.rule_learning import GLOBAL, Learner, Proposal, RuleLearningStrategy, Stats, strip
+from fednsl.tasks.rule_learning import GLOBAL, Learner, Proposal, RuleLearningStrategy, Stats, Update, strip
 from kg.linkpred import RankingMetrics
 from rules.measures import RuleCounts
 
@@ -60,6 +69,16 @@ def head_signature(replies: Sequence[Message], num_types: int) -> dict[int, tupl
     order = np.lexsort((pairs[:, 1], pairs[:, 0], -sums, rel))  # per relation: largest count, then smaller ids
     first = order[np.r_[True, rel[order][1:] != rel[order][:-1]]]
     return {int(rel[i]): (int(pairs[i, 0]), int(pairs[i, 1])) for i in first}
+
+
+def _listed(key: Any) -> list[Any]:
+    """A weights-table key as JSON: a head [r, a, b] or a (head, body) pair [[r, a, b], [body…]]."""
+    return [list(k) for k in key] if isinstance(key[0], tuple) else list(key)
+
+
+def _keyed(item: list[Any]) -> Any:
+    """Inverse of :func:`_listed`."""
+    return tuple(tuple(k) for k in item) if isinstance(item[0], list) else tuple(item)
 
 
 class FedNSLKGStrategy(RuleLearningStrategy):
@@ -86,6 +105,13 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         )
         self.rounds = int(rounds)
         self.last_eval: dict[str, Any] = {}
+        # per learner: (head, body) -> summed leave-one-out evidence (EVIDENCE_PARTS) of the latest round it was sent
+        self.evidence: dict[str, dict[tuple[tuple[int, int, int], tuple[int, ...]], np.ndarray]] = {
+            name: {} for name in self.learners
+        }
+        # per learner: (head, body) -> (2,) query-weighted mean rule weight per direction and (2,) summed queries;
+        # head -> (2, 2R) mean type-prior weights and (2,) summed queries
+        self.weights: dict[str, dict[Any, tuple[np.ndarray, np.ndarray]]] = {name: {} for name in self.learners}
 
     # -- hooks of the rule-learning server ------------------------------------------------------------------------
     def stats_schema(self) -> Schema:
@@ -145,6 +171,78 @@ class FedNSLKGStrategy(RuleLearningStrategy):
     def train_schema(self) -> Schema:
         return TRAIN_SCHEMA
 
+    def train_request_schema(self) -> Schema:
+        return TRAIN_REQUEST_SCHEMA
+
+    def train_arrays(self, learner: Learner, rnd: int, p: Proposal) -> dict[str, np.ndarray]:
+        """``confidence`` (T, J, 2): each proposed body's pooled leave-one-out confidence, −1 where unknown; the
+        averaged weights to start from (``start_*``)."""
+        return {**self._confidence(learner, p), **self._start_weights(learner, p)}
+
+    def _start_weights(self, learner: Learner, p: Proposal) -> dict[str, np.ndarray]:
+        table = self.weights[learner.name]
+        if not self.cfg.federated_weights or not table:
+            return {}
+        T, J = p.mask.shape
+        w, known = np.zeros((T, J, 2)), np.zeros((T, J, 2), dtype=bool)
+        types, types_known = None, np.zeros((T, 2), dtype=bool)
+        for t, key in enumerate(p.keys()):
+            for j, body in enumerate(p.bodies_of(t, self.R)):
+                if (key, body) in table:
+                    mean, n = table[(key, body)]
+                    w[t, j], known[t, j] = mean, n > 0
+            if key in table:
+                mean, n = table[key]
+                types = np.zeros((T, 2, mean.shape[1])) if types is None else types
+                types[t], types_known[t] = mean, n > 0
+        out: dict[str, np.ndarray] = {"start_weights": w, "start_known": known}
+        if types is not None:
+            out.update(start_type_weights=types, start_type_known=types_known)
+        return out
+
+    def _confidence(self, learner: Learner, p: Proposal) -> dict[str, np.ndarray]:
+        table = self.evidence[learner.name]
+        if not self.cfg.federated_confidence or not table:
+            return {}
+        T, J = p.mask.shape
+        out = np.full((T, J, 2), -1.0)
+        for t, key in enumerate(p.keys()):
+            for j, body in enumerate(p.bodies_of(t, self.R)):
+                e = table.get((key, body))
+                if e is not None:
+                    for k in range(2):
+                        if e[2 * k + 1] > 0:
+                            out[t, j, k] = e[2 * k] / e[2 * k + 1]
+        return {"confidence": out}
+
+    def after_update(self, u: Update) -> Metrics:
+        """Sum the replies' leave-one-out evidence per (head, body) over the learner's clients; average their fitted
+        weights, weighted by training queries."""
+        keys = u.proposal.keys()
+        bodies = [u.proposal.bodies_of(t, self.R) for t in range(len(keys))]
+        parts = [np.asarray(m.arrays["evidence"]) for m in u.replies.values() if "evidence" in m.arrays]
+        if parts:
+            total = np.sum(parts, axis=0)
+            table = self.evidence[u.learner.name]
+            for t, key in enumerate(keys):
+                for j, body in enumerate(bodies[t]):
+                    table[(key, body)] = total[t, j]
+        fitted = [m.arrays for m in u.replies.values() if "rule_weights" in m.arrays]
+        if fitted:
+            n = np.sum([a["weight_queries"] for a in fitted], axis=0).astype(np.float64)  # (T, 2)
+            div = np.maximum(n, 1.0)
+            rule_w = np.sum([a["rule_weights"] * a["weight_queries"][:, None, :] for a in fitted], axis=0)
+            weights = self.weights[u.learner.name]
+            for t, key in enumerate(keys):
+                for j, body in enumerate(bodies[t]):
+                    weights[(key, body)] = (rule_w[t, j] / div[t], n[t])
+            typed = [a for a in fitted if "type_weights" in a]
+            if typed:
+                type_w = np.sum([a["type_weights"] * a["weight_queries"][:, :, None] for a in typed], axis=0)
+                for t, key in enumerate(keys):
+                    weights[key] = (type_w[t] / div[t][:, None], n[t])
+        return {"evidence_clients": len(parts), "weight_clients": len(fitted)}
+
     def _counts_round(self, rnd: int) -> bool:
         return self.cfg.counts == "every" or (self.cfg.counts == "last" and rnd >= self.rounds)
 
@@ -157,10 +255,26 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         return {"test": {k: v for k, v in self.last_eval.items() if k != "clients"}}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"last_eval": json.dumps(self.last_eval)}
+        evidence = {
+            name: [[list(key), list(body), [int(x) for x in e]] for (key, body), e in table.items()]
+            for name, table in self.evidence.items()
+        }
+        weights = {
+            name: [[_listed(k), mean.tolist(), n.tolist()] for k, (mean, n) in table.items()]
+            for name, table in self.weights.items()
+        }
+        return {
+            "last_eval": json.dumps(self.last_eval),
+            "evidence": json.dumps(evidence),
+            "weights": json.dumps(weights),
+        }
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.last_eval = json.loads(state["last_eval"])
+        for name, rows in json.loads(state.get("evidence", "{}")).items():
+            self.evidence[name] = {(tuple(key), tuple(body)): np.asarray(e, dtype=np.int64) for key, body, e in rows}
+        for name, rows in json.loads(state.get("weights", "{}")).items():
+            self.weights[name] = {_keyed(k): (np.asarray(mean), np.asarray(n)) for k, mean, n in rows}
 
     # -- evaluation: filtered link prediction ---------------------------------------------------------------------
     def evaluate_stage(self) -> Stage:

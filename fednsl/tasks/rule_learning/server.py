@@ -176,6 +176,14 @@ class RuleLearningStrategy(Strategy):
         """The ``train`` reply schema: at least ``posterior`` (T, J), ``mask`` (T, J), ``instances`` (T,)."""
         raise NotImplementedError
 
+    def train_arrays(self, learner: Learner, rnd: int, p: Proposal) -> dict[str, np.ndarray]:
+        """Arrays sent with the proposal beside its own (declared in :meth:`train_request_schema`)."""
+        return {}
+
+    def train_request_schema(self) -> Schema:
+        """The ``train`` request schema: the proposal's, plus what :meth:`train_arrays` adds."""
+        return PROPOSAL_SCHEMA
+
     def evaluate_stage(self) -> Stage:
         """The method's ``evaluate`` stage."""
         raise NotImplementedError
@@ -215,7 +223,11 @@ class RuleLearningStrategy(Strategy):
                 essential=True,
             ),
             Stage(
-                "train", self.configure_train, self.aggregate_train, reply=self.train_schema, request=PROPOSAL_SCHEMA
+                "train",
+                self.configure_train,
+                self.aggregate_train,
+                reply=self.train_schema,
+                request=self.train_request_schema,
             ),
             self.evaluate_stage(),
         )
@@ -332,11 +344,12 @@ class RuleLearningStrategy(Strategy):
         if not self.initialised:
             raise RuntimeError(f"{self.method_name}: the rule pool is empty; train.stats must run first")
         config = self.train_config(rnd)
-        msgs = {
-            name: Message("train", rnd, arrays=self.proposal(g, rnd).to_arrays(), config=config)
-            for name, g in self.learners.items()
-            if any(c in clients for c in g.members)
-        }
+        msgs = {}
+        for name, g in self.learners.items():
+            if any(c in clients for c in g.members):
+                p = self.proposal(g, rnd)
+                arrays = {**p.to_arrays(), **self.train_arrays(g, rnd, p)}
+                msgs[name] = Message("train", rnd, arrays=arrays, config=config)
         return {c: msgs[self.learner_of[c]] for c in clients}
 
     # -- the update (M-step) -------------------------------------------------------------------------------------

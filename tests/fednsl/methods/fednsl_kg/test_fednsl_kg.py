@@ -50,7 +50,7 @@ TEST_KEYS = ("test_mrr", "test_mr", "test_hits@1", "test_hits@3", "test_hits@10"
 def _invoke(args: list[str]) -> str:
     res = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout
 
 
 def _equivalence_canon():

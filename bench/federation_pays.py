@@ -1,0 +1,174 @@
+"""When does federation pay? Per-client test MRR of fednsl-kg federated against each client alone and against the
+centralised union, on natural federated splits (issue 33).
+
+    python -m bench.federation_pays --split kinship_entity_skew --seeds 0 1 2
+    python -m bench.federation_pays --split kinship_entity --seeds 0 1 2
+    python -m bench.federation_pays --split umls_entity_skew --seeds 0 1 2
+    python -m bench.federation_pays --split kinship_triple_skew --seeds 0 1 2
+    python -m bench.federation_pays --split kinship_entity_skew --settings federated-paper lambda-0   # ablations
+
+Each seed splits the KG with the seed (``kg.kg_partition.partition_kg``: by entity, every client keeps the facts
+between its own entities; by triple, clients share every relation), writes the parts as a federated folder and
+runs, through :func:`fednsl.pipeline.train`, the dataset's config with
+
+- ``federated``: the shipped loop — one server generator and pool, plus what a data-poor client lacks: each
+  proposed body's leave-one-out evidence pooled over clients, from which every client starts its rule weights
+  (``federated_confidence``), and its own mined bodies kept beside the proposal (``keep_own_rules``);
+- ``federated-paper``: FedNSL's loop alone (both off: only the server's proposals and prior are shared);
+- ``local-only``: every client alone, with the same machinery on its own data (its own generator, pool, weights);
+- ``centralised``: one client holding the union of the parts (the upper bound; its test set is the union's);
+- ablations: ``confidence-only``, ``own-rules-only``, ``with-weights`` (also the clients' fitted weights averaged
+  as every client's start, ``federated_weights``), ``lambda-0`` (no KL toward the prior).
+
+Per client: test MRR mean ± 95 % t-interval over seeds, and the paired difference to local-only (mean and
+t-interval of the per-seed differences). Writes bench/results/federation_pays_<split>.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench._common import RESULTS, mean_ci, write_result
+from bench.kg_completion import collect
+from fednsl.config import load_config
+from fednsl.methods.fednsl_kg.config import resolve_source
+from fednsl.pipeline import train
+from kg.kg_partition import partition_kg, partition_report, write_federated_kg
+from kg.kg_sources import load_kg
+
+KINSHIP, UMLS = "configs/fednsl_kg_kinship.yaml", "configs/fednsl_kg_umls.yaml"
+SKEWED = [0.7, 0.15, 0.15]
+#: split -> (config, KG source, partition, shares, data-poor clients)
+SPLITS: dict[str, tuple[str, str, str, list[float] | None, tuple[str, ...]]] = {
+    "kinship_entity": (KINSHIP, "../shared/data/kg/kinship_rnnlogic", "entity", None, ()),
+    "kinship_entity_skew": (KINSHIP, "../shared/data/kg/kinship_rnnlogic", "entity", SKEWED, ("c1", "c2")),
+    "umls_entity": (UMLS, "../shared/data/kg/umls_rnnlogic", "entity", None, ()),
+    "umls_entity_skew": (UMLS, "../shared/data/kg/umls_rnnlogic", "entity", SKEWED, ("c1", "c2")),
+    "kinship_triple_skew": (KINSHIP, "../shared/data/kg/kinship_rnnlogic", "triple", [0.8, 0.1, 0.1], ("c1", "c2")),
+}
+OFF = ["method_kwargs.federated_confidence=false", "method_kwargs.keep_own_rules=false"]
+SETTINGS: dict[str, list[str]] = {
+    "federated": [],
+    "local-only": ["method_kwargs.local_only=true"],
+    "centralised": [],  # the union as one KG: data overrides in :func:`overrides`
+    "federated-paper": OFF,
+    "confidence-only": [OFF[1]],
+    "own-rules-only": [OFF[0]],
+    "with-weights": ["method_kwargs.federated_weights=true"],
+    "lambda-0": ["method_kwargs.kl_weight=0"],
+}
+DEFAULT = ("federated", "local-only", "centralised")
+
+
+def overrides(setting: str, folder: Path, seed: int, extra: list[str]) -> list[str]:
+    """The --set overrides of one run: the folder as clients (or as one KG for the centralised bound)."""
+    data = ([f"data.source={folder}", "data.num_clients=1", "data.federated_folder=null"] if setting == "centralised"
+            else [f"data.federated_folder={folder}"])
+    return [f"seed={seed}", *data, *SETTINGS[setting], *extra]
+
+
+def write_split(split: str, seed: int, out: Path) -> dict[str, Any]:
+    """Partition the split's KG with ``seed`` into ``out`` (FedLU layout); returns kept / dropped counts."""
+    _, source, by, shares, _ = SPLITS[split]
+    kg = load_kg(resolve_source(source))
+    parts = partition_kg(kg, 3, by=by, seed=seed, shares=shares)  # type: ignore[arg-type]
+    write_federated_kg(parts, out)
+    return {"report": partition_report(kg, parts), "train": [len(p.train) for p in parts]}
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    m, ci = mean_ci([x - y for x, y in zip(a, b)])
+    return {"mean": m, "ci95": ci, "low": m - ci, "high": m + ci}
+
+
+def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per setting: aggregate and per-client MRR over seeds; per client: paired difference to local-only."""
+    out: dict[str, Any] = {"settings": {}, "paired": {}}
+    for name, rs in runs.items():
+        per = {c: [r["clients"][c]["test_mrr"] for r in rs] for c in rs[0]["clients"]} if name != "centralised" else {}
+        out["settings"][name] = {
+            "test_mrr": [r["test_mrr"] for r in rs],
+            "clients": per,
+        }
+    local = out["settings"].get("local-only")
+    for name, s in out["settings"].items():
+        if local is None or name in ("local-only", "centralised"):
+            continue
+        out["paired"][name] = {c: paired(v, local["clients"][c]) for c, v in s["clients"].items()}
+        poor = SPLITS[split][4]
+        if poor:
+            mean = [sum(s["clients"][c][i] for c in poor) / len(poor) for i in range(len(s["test_mrr"]))]
+            base = [sum(local["clients"][c][i] for c in poor) / len(poor) for i in range(len(s["test_mrr"]))]
+            out["paired"][name]["data-poor"] = paired(mean, base)
+    return out
+
+
+def _fmt(values: list[float]) -> str:
+    m, ci = mean_ci(values)
+    return f"{m:.3f} ± {ci:.3f}" if ci else f"{m:.3f}"
+
+
+def markdown(split: str, seeds: list[int], summary: dict[str, Any], commands: list[str], splits: list[Any]) -> str:
+    config, source, by, shares, poor = SPLITS[split]
+    settings = summary["settings"]
+    clients = sorted(next(iter(s["clients"] for s in settings.values() if s["clients"]), {}))
+    lines = [f"# When does federation pay? {split}", "",
+             f"{source} split by {by} over 3 clients (shares {shares or 'equal'}; seeded with the run seed; "
+             f"data-poor clients: {', '.join(poor) or 'none'}), config `{config}`, seeds {seeds}. Test MRR, mean ± "
+             "95% t-interval over seeds (each client's own test triples, filtered with its own facts; the centralised "
+             "bound is one model on the union of the parts, scored on the union's test triples).", "",
+             "| setting | aggregate | " + " | ".join(clients) + " |", "|---|---|" + "---|" * len(clients)]
+    for name, s in settings.items():
+        cells = [_fmt(s["clients"][c]) if c in s["clients"] else "–" for c in clients]
+        lines.append(f"| {name} | {_fmt(s['test_mrr'])} | " + " | ".join(cells) + " |")
+    if summary["paired"]:
+        lines += ["", "Paired difference to local-only (per seed, then mean [95% interval]):", "",
+                  "| setting | " + " | ".join([*clients, *(["data-poor mean"] if poor else [])]) + " |",
+                  "|---|" + "---|" * (len(clients) + bool(poor))]
+        for name, per in summary["paired"].items():
+            cells = [f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]" for p in per.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Training triples per client and seed: " + "; ".join(
+        f"seed {s}: {' / '.join(map(str, sp['train']))} (dropped: {sp['report']['train']['dropped']})"
+        for s, sp in zip(seeds, splits)), "", "Commands (the folder is written by this bench per seed):", ""]
+    lines += [f"- `{c}`" for c in commands]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--split", choices=sorted(SPLITS), required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(DEFAULT))
+    ap.add_argument("--set", dest="extra", action="append", default=[], help="extra config override (repeatable)")
+    ap.add_argument("--name", default="", help="suffix of the result files (runs of other settings side by side)")
+    args = ap.parse_args()
+    config = SPLITS[args.split][0]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.settings}
+    commands, splits = [], []
+    with tempfile.TemporaryDirectory(prefix="fednsl-federation-pays-") as tmp:
+        for seed in args.seeds:
+            folder = Path(tmp) / f"{args.split}-seed{seed}"
+            splits.append(write_split(args.split, seed, folder))
+            for setting in args.settings:
+                sets = overrides(setting, folder, seed, args.extra)
+                commands.append(f"{setting}: fednsl train {config} " + " ".join(f"--set {shlex.quote(o)}" for o in sets))
+                result = train(load_config(config, sets), Path(tmp) / f"{setting}-seed{seed}", progress=False)
+                runs[setting].append(collect(result.run_dir))
+                print(f"{args.split} seed {seed} {setting}: test MRR {runs[setting][-1]['test_mrr']:.4f} " + " ".join(
+                    f"{c} {v['test_mrr']:.4f}" for c, v in runs[setting][-1]["clients"].items()), flush=True)
+    summary = summarise(args.split, runs)
+    name = f"federation_pays_{args.split}{'_' + args.name if args.name else ''}"
+    payload = {"split": args.split, "seeds": args.seeds, "splits": splits, "summary": summary, "runs": runs,
+               "commands": commands}
+    write_result(name, payload)
+    (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, commands, splits))
+    print((RESULTS / f"{name}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
