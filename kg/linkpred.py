@@ -255,6 +255,17 @@ class RankingMetrics:
     def __add__(self, other: RankingMetrics) -> RankingMetrics:
         return self.copy().merge(other)
 
+    def violations(self, num_entities: int) -> list[str]:
+        """The sums no ranking of ``count`` queries over ``num_entities`` candidates can give (a reply to refuse):
+        every reciprocal rank and hit lies in [0, 1], every rank in [1, E]."""
+        n, one = self.count, 1 << _FRAC_BITS
+        bad = [] if n >= 0 else ["count"]
+        for name, value in self.sums.items():
+            low, high = (n * one, n * num_entities * one) if name.startswith("rank") else (0, n * one)
+            if not low <= value <= high:
+                bad.append(name)
+        return bad
+
     def copy(self) -> RankingMetrics:
         out = RankingMetrics(self.hits_at)
         out.count, out.sums = self.count, dict(self.sums)

@@ -173,6 +173,25 @@ def logic_from_counts(body: np.ndarray, correct: np.ndarray) -> float:
     return float((correct[valid] / body[valid]).mean()) if valid.any() else math.nan
 
 
+def impossible_counts(msg: Message) -> str | None:
+    """Why an ``evaluate`` reply's counts cannot be true, or None: a count above the query cells it evaluated
+    (``num_examples``), true positives above predictions or gold facts, a logic rule correct more often than its
+    body fired."""
+    cells = float(msg.metrics.get("num_examples", 0))
+    over = [k for k, v in msg.metrics.items() if k.endswith(("_tp", "_n_pred", "_n_gold")) and float(v) > cells]
+    over += [k for k, a in msg.arrays.items() if np.asarray(a).size and float(np.max(a)) > cells]
+    if over:
+        return f"{', '.join(sorted(over)[:3])} exceed the {int(cells)} cells it evaluated"
+    for k, a in msg.arrays.items():
+        counts = np.asarray(a)
+        if k.startswith("docs_") and ((counts[:, 0] > counts[:, 1]) | (counts[:, 0] > counts[:, 2])).any():
+            return f"{k}: more true positives than predictions or gold facts"
+        body = msg.arrays.get(k.replace("_correct_", "_body_"))
+        if "_correct_" in k and body is not None and (counts > np.asarray(body)).any():
+            return f"{k}: a rule correct more often than its body fired"
+    return None
+
+
 def merge_variant_metrics(group: str, replies: Mapping[str, Message]) -> dict[str, float]:
     """Mean per-client F1 / Ign-F1, micro-F1 and summed logic counts of every variant (prefix ``group``)."""
     out: dict[str, float] = {}

@@ -32,7 +32,7 @@ import torch
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.fednsl.config import FedNSLConfig
-from fednsl.methods.fednsl.evaluation import merge_variant_metrics
+from fednsl.methods.fednsl.evaluation import impossible_counts, merge_variant_metrics
 from fednsl.methods.fednsl.messages import (
     EVAL_REQUEST_SCHEMA,
     EVAL_SCHEMA,
@@ -211,6 +211,12 @@ class FedNSLStrategy(RuleLearningStrategy):
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         out: Metrics = {}
+        refused = {cid: why for cid, msg in replies.items() if (why := impossible_counts(msg)) is not None}
+        for cid, why in refused.items():
+            log.warning("round %d: the evaluate reply of client %s is left out: %s", rnd, cid, why)
+        replies = {cid: msg for cid, msg in replies.items() if cid not in refused}
+        if refused:
+            out["evaluations_rejected"] = len(refused)
         if not replies:
             return out
         poor = {c for c, role in self.client_roles.items() if role == "poor"}

@@ -90,6 +90,7 @@ def build_fednsl_kg(config: RunConfig) -> Federation:
         ids,
         config.seed,
         types=parts[0].type_names if typed else (),
+        num_entities=parts[0].num_entities,
         rounds=config.rounds,
         planted=planted,
         meta=meta,

@@ -28,6 +28,7 @@ What is the KG's own (the hooks):
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,6 +57,8 @@ from rules.measures import RuleCounts
 __all__ = ["GLOBAL", "FedNSLKGStrategy", "head_signature"]
 
 TEST_KEYS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
+
+log = logging.getLogger("fednsl.methods.fednsl_kg")
 
 
 def head_signature(replies: Sequence[Message], num_types: int) -> dict[int, tuple[int, int]]:
@@ -96,6 +99,7 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         seed: int,
         *,
         types: Sequence[str] = (),
+        num_entities: int | None = None,
         rounds: int = 1,
         planted: Sequence[tuple[int, Sequence[int]]] = (),
         meta: Mapping[str, Any] | None = None,
@@ -104,6 +108,8 @@ class FedNSLKGStrategy(RuleLearningStrategy):
             cfg, relations, types, clients, seed, local_only=cfg.local_only, reference_rules=planted, meta=meta
         )
         self.rounds = int(rounds)
+        self.num_entities = num_entities  # bounds what a client's ranking sums may say (None: unchecked)
+        self.facts: dict[str, np.ndarray] = {}  # client -> (R,) training facts per relation, from round 1
         self.last_eval: dict[str, Any] = {}
         # per learner: (head, body) -> summed leave-one-out evidence (EVIDENCE_PARTS) of the latest round it was sent
         self.evidence: dict[str, dict[tuple[tuple[int, int, int], tuple[int, ...]], np.ndarray]] = {
@@ -121,8 +127,9 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         """Mined (head, body, support) rows → support + 1 per body; instances per relation as head weights."""
         learner.signature = head_signature(list(replies.values()), self.T)
         out: list[Stats] = []
-        for msg in replies.values():
+        for cid, msg in replies.items():
             a = msg.arrays
+            self.facts[cid] = np.asarray(a["instances"], dtype=np.int64)
             d: dict[tuple[int, int, int], dict[tuple[int, ...], float]] = {}
             for r, row, sup in zip(a["heads"].tolist(), a["bodies"], a["support"].tolist()):
                 if not 0 <= r < self.R:
@@ -246,6 +253,26 @@ class FedNSLKGStrategy(RuleLearningStrategy):
     def _counts_round(self, rnd: int) -> bool:
         return self.cfg.counts == "every" or (self.cfg.counts == "last" and rnd >= self.rounds)
 
+    def refuse(self, learner: Learner, rnd: int, cid: str, msg: Message) -> str | None:
+        """Counts beyond the client's round-1 training facts n_r: instances > n_r, evidence hits > n_r or reached
+        pairs > n_r · E, weights fitted on more than n_r queries."""
+        facts = self.facts.get(cid)
+        if facts is None:
+            return "the server has no round-1 statistics of this client, so no bound on its counts"
+        p = self.proposal(learner, rnd)
+        n = facts[np.asarray(p.relations, dtype=np.int64)] if p.num_heads else np.zeros(0, np.int64)
+        a = msg.arrays
+        E = self.num_entities or np.iinfo(np.int64).max // max(1, int(n.max(initial=1)))
+        checks: list[tuple[str, np.ndarray]] = [("instances", np.asarray(a["instances"]) > n)]
+        if "evidence" in a:
+            ev = np.asarray(a["evidence"])
+            checks.append(("evidence hits", np.asarray(ev[..., 0::2] > n[:, None, None])))
+            checks.append(("evidence reached pairs", np.asarray(ev[..., 1::2] > n[:, None, None] * E)))
+        if "weight_queries" in a:
+            checks.append(("weight queries", np.asarray(np.asarray(a["weight_queries"]) > n[:, None])))
+        bad = [name for name, rows in checks if rows.any()]
+        return f"{', '.join(bad)} exceed its {int(n.sum())} training facts of these relations" if bad else None
+
     def rule_counts(self, rnd: int, msg: Message, t: int, m: np.ndarray) -> RuleCounts | None:
         if not self._counts_round(rnd):
             return None
@@ -267,10 +294,12 @@ class FedNSLKGStrategy(RuleLearningStrategy):
             "last_eval": json.dumps(self.last_eval),
             "evidence": json.dumps(evidence),
             "weights": json.dumps(weights),
+            "facts": json.dumps({cid: n.tolist() for cid, n in self.facts.items()}),
         }
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.last_eval = json.loads(state["last_eval"])
+        self.facts = {cid: np.asarray(n, dtype=np.int64) for cid, n in json.loads(state.get("facts", "{}")).items()}
         for name, rows in json.loads(state.get("evidence", "{}")).items():
             self.evidence[name] = {(tuple(key), tuple(body)): np.asarray(e, dtype=np.int64) for key, body, e in rows}
         for name, rows in json.loads(state.get("weights", "{}")).items():
@@ -286,12 +315,28 @@ class FedNSLKGStrategy(RuleLearningStrategy):
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         total = RankingMetrics()
         per_client: dict[str, dict[str, float]] = {}
+        rejected = 0
         for cid, msg in replies.items():
             m = decode_rank_sums(msg.arrays["rank_sums"], int(msg.metrics["queries"]))
+            bad = [] if self.num_entities is None else m.violations(self.num_entities)
+            if bad:
+                log.warning(
+                    "round %d: client %s reported ranking sums that %d queries over %d entities cannot give (%s); "
+                    "its evaluation is left out",
+                    rnd,
+                    cid,
+                    m.count,
+                    self.num_entities,
+                    ", ".join(bad),
+                )
+                rejected += 1
+                continue
             total.merge(m)
             per_client[cid] = {f"test_{k}": v for k, v in m.compute().items()}
         agg = total.compute()
         out: Metrics = {f"test_{k}": float(v) for k, v in agg.items() if not math.isnan(v)}
+        if rejected:
+            out["evaluations_rejected"] = rejected
         for cid, vals in per_client.items():
             out[f"{cid}.test_mrr"] = vals["test_mrr"] if not math.isnan(vals["test_mrr"]) else 0.0
         self.last_eval = {

@@ -188,6 +188,10 @@ class RuleLearningStrategy(Strategy):
         """The method's ``evaluate`` stage."""
         raise NotImplementedError
 
+    def refuse(self, learner: Learner, rnd: int, cid: str, msg: Message) -> str | None:
+        """Why a ``train`` reply cannot be used (counts beyond what the server knows of the client), or None."""
+        return None
+
     def rule_counts(self, rnd: int, msg: Message, t: int, m: np.ndarray) -> RuleCounts | None:
         """A client's AMIE counts of head row ``t``'s bodies ``m`` for the rule store, if it sends them."""
         return None
@@ -375,10 +379,17 @@ class RuleLearningStrategy(Strategy):
         losses: list[float] = []
         extra: Metrics = {}
         gen_s = 0.0
+        refused = 0
         for name, group in self.by_learner(replies).items():
             learner = self.learners[name]
             p = self.proposal(learner, rnd)
             T, J = p.mask.shape
+            for cid, msg in list(group.items()):
+                reason = self.refuse(learner, rnd, cid, msg)
+                if reason is not None:
+                    log.warning("round %d: the train reply of client %s is left out: %s", rnd, cid, reason)
+                    del group[cid]
+                    refused += 1
             num = torch.zeros(T, J, dtype=torch.float64)
             den = torch.zeros(T, dtype=torch.float64)
             posts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -427,6 +438,8 @@ class RuleLearningStrategy(Strategy):
         }
         if stray:
             out["stray_entries"] = stray
+        if refused:
+            out["replies_refused"] = refused
         return out
 
     def _warn_orphans(self, learner: Learner, rnd: int, p: Proposal, has: torch.Tensor) -> int:

@@ -210,3 +210,17 @@ def test_decentralised_engine_skips_the_round_after_an_essential_stage_loses_quo
     assert (1, "train") not in server and (1, "evaluate") not in server
     assert server[(2, "train")]["train.replies"] == 3
     assert any("train.stats lost its quorum" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("method", ["fednsl-kg", "fednsl"])
+def test_counts_beyond_what_a_client_can_have_leave_its_evaluation_out(method: str, tmp_path: Path) -> None:
+    """huge_ids used to give a test MRR of 5.5e33 (fednsl-kg) and a logic accuracy of 1 (fednsl): ranking sums and
+    counts are now bounded by the queries and cells a client evaluated, and the client is left out."""
+    bad = _ids(method)[-1]
+    res = train(faulty(method, "huge_ids", bad), tmp_path / "run", progress=False)
+    evaluate = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "evaluate"]
+    assert evaluate and all(r.get("evaluations_rejected", 0) >= 1 for r in evaluate)
+    for row in evaluate:
+        for key, value in row.items():
+            if key.endswith(("_mrr", "_f1", "_logic", "hits@10")) and isinstance(value, float):
+                assert 0.0 <= value <= 1.0, (key, value)
