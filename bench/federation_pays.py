@@ -27,6 +27,7 @@ t-interval of the per-seed differences). Writes bench/results/federation_pays_<s
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import tempfile
 from pathlib import Path
@@ -66,8 +67,11 @@ DEFAULT = ("federated", "local-only", "centralised")
 
 def overrides(setting: str, folder: Path, seed: int, extra: list[str]) -> list[str]:
     """The --set overrides of one run: the folder as clients (or as one KG for the centralised bound)."""
-    data = ([f"data.source={folder}", "data.num_clients=1", "data.federated_folder=null"] if setting == "centralised"
-            else [f"data.federated_folder={folder}"])
+    data = (
+        [f"data.source={folder}", "data.num_clients=1", "data.federated_folder=null"]
+        if setting == "centralised"
+        else [f"data.federated_folder={folder}"]
+    )
     return [f"seed={seed}", *data, *SETTINGS[setting], *extra]
 
 
@@ -112,41 +116,86 @@ def _fmt(values: list[float]) -> str:
     return f"{m:.3f} ± {ci:.3f}" if ci else f"{m:.3f}"
 
 
-def markdown(split: str, seeds: list[int], summary: dict[str, Any], commands: list[str], splits: list[Any]) -> str:
+def markdown(
+    split: str,
+    seeds: list[int],
+    summary: dict[str, Any],
+    commands: list[str],
+    splits: list[Any],
+    runs: dict[str, list[dict[str, Any]]],
+) -> str:
     config, source, by, shares, poor = SPLITS[split]
     settings = summary["settings"]
     clients = sorted(next(iter(s["clients"] for s in settings.values() if s["clients"]), {}))
-    lines = [f"# When does federation pay? {split}", "",
-             f"{source} split by {by} over 3 clients (shares {shares or 'equal'}; seeded with the run seed; "
-             f"data-poor clients: {', '.join(poor) or 'none'}), config `{config}`, seeds {seeds}. Test MRR, mean ± "
-             "95% t-interval over seeds (each client's own test triples, filtered with its own facts; the centralised "
-             "bound is one model on the union of the parts, scored on the union's test triples).", "",
-             "| setting | aggregate | " + " | ".join(clients) + " |", "|---|---|" + "---|" * len(clients)]
+    lines = [
+        f"# When does federation pay? {split}",
+        "",
+        f"{source} split by {by} over 3 clients (shares {shares or 'equal'}; seeded with the run seed; "
+        f"data-poor clients: {', '.join(poor) or 'none'}), config `{config}`, seeds {seeds}. Test MRR, mean ± "
+        "95% t-interval over seeds (each client's own test triples, filtered with its own facts; the centralised "
+        "bound is one model on the union of the parts, scored on the union's test triples).",
+        "",
+        "| setting | aggregate | " + " | ".join(clients) + " |",
+        "|---|---|" + "---|" * len(clients),
+    ]
     for name, s in settings.items():
         cells = [_fmt(s["clients"][c]) if c in s["clients"] else "–" for c in clients]
         lines.append(f"| {name} | {_fmt(s['test_mrr'])} | " + " | ".join(cells) + " |")
     if summary["paired"]:
-        lines += ["", "Paired difference to local-only (per seed, then mean [95% interval]):", "",
-                  "| setting | " + " | ".join([*clients, *(["data-poor mean"] if poor else [])]) + " |",
-                  "|---|" + "---|" * (len(clients) + bool(poor))]
+        lines += [
+            "",
+            "Paired difference to local-only (per seed, then mean [95% interval]):",
+            "",
+            "| setting | " + " | ".join([*clients, *(["data-poor mean"] if poor else [])]) + " |",
+            "|---|" + "---|" * (len(clients) + bool(poor)),
+        ]
         for name, per in summary["paired"].items():
             cells = [f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]" for p in per.values()]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Training triples per client and seed: " + "; ".join(
-        f"seed {s}: {' / '.join(map(str, sp['train']))} (dropped: {sp['report']['train']['dropped']})"
-        for s, sp in zip(seeds, splits)), "", "Commands (the folder is written by this bench per seed):", ""]
+    sent = {name: rs[0].get("bytes_per_round") for name, rs in runs.items() if rs}
+    lines += [
+        "",
+        "Bytes per round, all clients together, client → server / server → clients (first seed): "
+        + "; ".join(
+            f"{name} " + ", ".join(f"{b['up'] / 1e6:.2f} / {b['down'] / 1e6:.2f} MB" for b in per)
+            for name, per in sent.items()
+            if per
+        ),
+    ]
+    lines += [
+        "",
+        "Training triples per client and seed: "
+        + "; ".join(
+            f"seed {s}: {' / '.join(map(str, sp['train']))} (dropped: {sp['report']['train']['dropped']})"
+            for s, sp in zip(seeds, splits)
+        ),
+        "",
+        "Commands (the folder is written by this bench per seed):",
+        "",
+    ]
     lines += [f"- `{c}`" for c in commands]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--split", choices=sorted(SPLITS), required=True)
+    ap.add_argument("--split", choices=sorted(SPLITS))
+    ap.add_argument("--render", nargs="+", metavar="NAME", help="rewrite these stored results' .md (no runs)")
+    ap.add_argument("--plot", nargs="+", metavar="NAME", help="draw these stored results into --figure")
+    ap.add_argument("--figure", type=Path, default=Path("docs/img/federation_pays.png"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(DEFAULT))
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--name", default="", help="suffix of the result files (runs of other settings side by side)")
     args = ap.parse_args()
+    if args.render or args.plot:
+        for name in args.render or ():
+            render(name)
+        if args.plot:
+            plot(args.plot, args.figure)
+        return
+    if args.split is None:
+        ap.error("--split is required (or --render / --plot)")
     config = SPLITS[args.split][0]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.settings}
     commands, splits = [], []
@@ -156,18 +205,76 @@ def main() -> None:
             splits.append(write_split(args.split, seed, folder))
             for setting in args.settings:
                 sets = overrides(setting, folder, seed, args.extra)
-                commands.append(f"{setting}: fednsl train {config} " + " ".join(f"--set {shlex.quote(o)}" for o in sets))
+                commands.append(
+                    f"{setting}: fednsl train {config} " + " ".join(f"--set {shlex.quote(o)}" for o in sets)
+                )
                 result = train(load_config(config, sets), Path(tmp) / f"{setting}-seed{seed}", progress=False)
                 runs[setting].append(collect(result.run_dir))
-                print(f"{args.split} seed {seed} {setting}: test MRR {runs[setting][-1]['test_mrr']:.4f} " + " ".join(
-                    f"{c} {v['test_mrr']:.4f}" for c, v in runs[setting][-1]["clients"].items()), flush=True)
+                print(
+                    f"{args.split} seed {seed} {setting}: test MRR {runs[setting][-1]['test_mrr']:.4f} "
+                    + " ".join(f"{c} {v['test_mrr']:.4f}" for c, v in runs[setting][-1]["clients"].items()),
+                    flush=True,
+                )
     summary = summarise(args.split, runs)
     name = f"federation_pays_{args.split}{'_' + args.name if args.name else ''}"
-    payload = {"split": args.split, "seeds": args.seeds, "splits": splits, "summary": summary, "runs": runs,
-               "commands": commands}
+    payload = {
+        "split": args.split,
+        "seeds": args.seeds,
+        "splits": splits,
+        "summary": summary,
+        "runs": runs,
+        "commands": commands,
+    }
     write_result(name, payload)
-    (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, commands, splits))
+    (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, commands, splits, runs))
     print((RESULTS / f"{name}.md").read_text())
+
+
+def render(name: str) -> None:
+    """Rewrite ``bench/results/<name>.md`` from its stored .json (nothing is re-run)."""
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    summary = summarise(data["split"], data["runs"])
+    text = markdown(data["split"], data["seeds"], summary, data["commands"], data["splits"], data["runs"])
+    (RESULTS / f"{name}.md").write_text(text)
+
+
+def plot(names: list[str], out: Path) -> None:
+    """One figure: each data-poor client's test MRR alone, with FedNSL's loop and with the exchange (mean over
+    seeds, the seeds as dots), one panel per stored split result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [
+        ("local-only", "alone", "#999999"),
+        ("federated-paper", "FedNSL's loop", "#d95f02"),
+        ("federated", "with the exchange", "#1b9e77"),
+    ]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        data = json.loads((RESULTS / f"{name}.json").read_text())
+        runs, poor = (
+            data["runs"],
+            SPLITS[data["split"]][4] or tuple(sorted(next(iter(data["runs"].values()))[0]["clients"])),
+        )
+        for k, (setting, label, colour) in enumerate(shown):
+            if setting not in runs:
+                continue
+            for i, c in enumerate(poor):
+                vals = [r["clients"][c]["test_mrr"] for r in runs[setting]]
+                x = i + (k - 1) * 0.25
+                ax.bar(x, sum(vals) / len(vals), 0.24, color=colour, label=label if i == 0 else None)
+                ax.scatter([x] * len(vals), vals, s=8, color="black", zorder=3)
+        ax.set_xticks(range(len(poor)), [f"client {c}" for c in poor])
+        ax.set_title(data["split"].replace("_", " "), fontsize=10)
+        ax.set_ylabel("test MRR")
+        ax.set_ylim(0, 1)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Data-poor clients: alone, in FedNSL's loop, with the exchange (bars: mean, dots: seeds)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""bench.federation_pays: the per-client summary and the paired differences to local-only (no runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.federation_pays import SETTINGS, SPLITS, markdown, overrides, paired, summarise
+
+
+def _run(mrr: float, clients: dict[str, float]) -> dict:
+    return {"test_mrr": mrr, "clients": {c: {"test_mrr": v} for c, v in clients.items()}, "bytes_per_round": []}
+
+
+def test_paired_differences_are_per_seed_and_the_data_poor_mean_averages_the_poor_clients() -> None:
+    runs = {
+        "federated": [_run(0.6, {"c0": 0.7, "c1": 0.6, "c2": 0.5}), _run(0.6, {"c0": 0.7, "c1": 0.7, "c2": 0.5})],
+        "local-only": [_run(0.5, {"c0": 0.7, "c1": 0.4, "c2": 0.4}), _run(0.5, {"c0": 0.6, "c1": 0.5, "c2": 0.3})],
+        "centralised": [_run(0.65, {"c0": 0.65}), _run(0.66, {"c0": 0.66})],
+    }
+    s = summarise("kinship_entity_skew", runs)
+    assert s["paired"]["federated"]["c1"]["mean"] == pytest.approx(0.2)  # (0.2 + 0.2) / 2
+    assert s["paired"]["federated"]["c0"]["mean"] == pytest.approx(0.05)
+    assert s["paired"]["federated"]["data-poor"]["mean"] == pytest.approx(0.175)  # mean of c1, c2 per seed
+    assert "centralised" not in s["paired"] and s["settings"]["centralised"]["clients"] == {}
+    assert paired([1.0], [0.5]) == {"mean": 0.5, "ci95": 0.0, "low": 0.5, "high": 0.5}
+    text = markdown("kinship_entity_skew", [0, 1], s, ["cmd"], [{"train": [1, 2, 3], "report": {"train": {"dropped": 4}}}] * 2, runs)
+    assert "| federated |" in text and "data-poor mean" in text
+
+
+def test_every_setting_runs_on_the_written_folder_or_its_union() -> None:
+    from pathlib import Path
+
+    assert "data.federated_folder=/f" in overrides("federated", Path("/f"), 0, [])
+    assert overrides("centralised", Path("/f"), 1, [])[:3] == ["seed=1", "data.source=/f", "data.num_clients=1"]
+    assert set(SETTINGS) >= {"federated", "local-only", "centralised", "federated-paper"}
+    assert all(len(v) == 5 for v in SPLITS.values())
