@@ -8,7 +8,7 @@ data) to :meth:`GeneratorOptions.build`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from fednsl.registry import build_kwargs
@@ -46,18 +46,10 @@ class GeneratorOptions:
         return build_kwargs(cls, {**dict(defaults or {}), **dict(given)}, section)
 
     def model_config(self, num_relations: int, num_types: int, max_body_len: int) -> GeneratorConfig:
-        """The generator's :class:`~rules.generator.GeneratorConfig` for a vocabulary."""
+        """The generator's :class:`~rules.generator.GeneratorConfig` for a vocabulary (sizes from these options)."""
+        sizes = {f.name: getattr(self, f.name) for f in fields(GeneratorConfig) if hasattr(self, f.name)}
         return GeneratorConfig(
-            num_relations=num_relations,
-            num_types=max(1, num_types),
-            max_body_len=max_body_len,
-            d_model=self.d_model,
-            nhead=self.nhead,
-            num_encoder_layers=self.num_encoder_layers,
-            num_decoder_layers=self.num_decoder_layers,
-            dim_feedforward=self.dim_feedforward,
-            dropout=self.dropout,
-            positional=self.positional,
+            **{**sizes, "num_relations": num_relations, "num_types": max(1, num_types), "max_body_len": max_body_len}
         )
 
 

@@ -332,8 +332,6 @@ class RuleLearningStrategy(Strategy):
         bad = degenerate_priors(p)
         learner.degenerate = int(bad.sum())
         if learner.degenerate:
-            keys = p.keys()
-            names = [learner.store.triple_name(keys[t]) for t in torch.nonzero(bad)[:3, 0].tolist()]
             log.warning(
                 "round %d: the server prior puts >= %.3f of its mass on one body for %d %s (e.g. %s); their KL pulls "
                 "every posterior onto that body; the round goes on",
@@ -341,7 +339,7 @@ class RuleLearningStrategy(Strategy):
                 DEGENERATE_MASS,
                 learner.degenerate,
                 self.unit,
-                ", ".join(names),
+                _examples(learner, p, bad),
             )
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> dict[str, Message]:
@@ -445,15 +443,13 @@ class RuleLearningStrategy(Strategy):
     def _warn_orphans(self, learner: Learner, rnd: int, p: Proposal, has: torch.Tensor) -> int:
         orphans = ~has & p.mask.any(-1)
         if bool(orphans.any()):
-            keys = p.keys()
-            names = [learner.store.triple_name(keys[t]) for t in torch.nonzero(orphans)[:3, 0].tolist()]
             log.warning(
                 "round %d: %d %s have no owner this round (no client sent a posterior for them, e.g. %s); "
                 "their pool entries keep the previous distribution",
                 rnd,
                 int(orphans.sum()),
                 self.unit,
-                ", ".join(names),
+                _examples(learner, p, orphans),
             )
         return int(orphans.sum())
 
@@ -552,3 +548,9 @@ class RuleLearningStrategy(Strategy):
             g.store.meta.update(self.store_meta(g))
             g.store.save(run_dir if name == GLOBAL else run_dir / "local" / name)
         self.write_outputs(run_dir)
+
+
+def _examples(learner: Learner, p: Proposal, rows: torch.Tensor) -> str:
+    """The names of the first three heads of ``p`` where ``rows`` (T,) is true, for a log line."""
+    keys = p.keys()
+    return ", ".join(learner.store.triple_name(keys[t]) for t in torch.nonzero(rows)[:3, 0].tolist())
