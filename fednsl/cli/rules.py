@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,10 +99,14 @@ def _check_head(store: RuleStore, head: str | None) -> None:
         raise _option_error("--head", err) from err
 
 
-def _rows_text(store: RuleStore, rows: list[RuleRow], client: str | None) -> str:
+def _rows_text(
+    store: RuleStore, rows: list[RuleRow], client: str | None, groups: dict[int, _Shown] | None = None
+) -> str:
+    """The rows as text tables per triple; with ``groups`` (row position → its rule group) one line per
+    canonical rule with a ``variants`` column and ``[uses head]`` / ``[detour]`` marks."""
     lines: list[str] = []
     current = None
-    for r in rows:
+    for pos, r in enumerate(rows):
         if r.triple != current:
             current = r.triple
             rec = store.triples[r.triple]
@@ -109,28 +114,46 @@ def _rows_text(store: RuleStore, rows: list[RuleRow], client: str | None) -> str
                 source = f"client {client} posterior"
             else:
                 source = "posterior" if rec.global_posterior() is not None else "prior"
-            lines.append(f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies, sorted by {source})")
+            if groups is None:
+                lines.append(f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies, sorted by {source})")
+            else:
+                lines.append(
+                    f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies as {groups[pos].of} rules, "
+                    f"sorted by {source}; head-using rules last)"
+                )
             head = f"  {'prob':>8} {'prior':>8}"
             head += f" {'global':>8} {'weight':>8}" if client else ""
-            head += f" {'std_conf':>8} {'pca_conf':>8} {'head_cov':>8} {'support':>8}  rule"
+            head += f" {'std_conf':>8} {'pca_conf':>8} {'head_cov':>8} {'support':>8}"
+            head += f" {'variants':>8}  rule" if groups is not None else "  rule"
             lines.append(head)
         m = r.measures or {}
         line = f"  {_num(r.probability)} {_num(r.prior)}"
         if client:
             line += f" {_num(r.posterior)} {_num(r.weight)}"
         line += f" {_num(m.get('std_confidence'))} {_num(m.get('pca_confidence'))} {_num(m.get('head_coverage'))}"
-        line += f" {_num(m.get('support'))}  {r.rule}"
+        line += f" {_num(m.get('support'))}"
+        if groups is not None:
+            g = groups[pos]
+            marks = ("  [uses head]" if g.uses_head else "") + ("  [detour]" if g.detour else "")
+            line += f" {g.variants:>8}  {r.rule}{marks}"
+        else:
+            line += f"  {r.rule}"
         lines.append(line)
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _rows_tsv(rows: list[RuleRow]) -> str:
+def _rows_tsv(rows: list[RuleRow], groups: dict[int, _Shown] | None = None) -> str:
     cols = ["triple", "rule", "probability", "prior", "posterior", "client", "client_posterior", "weight"]
     mcols = ["support", "body_size", "pca_body_size", "head_size", "std_confidence", "pca_confidence", "head_coverage"]
-    lines = ["\t".join(cols + mcols)]
-    for r in rows:
-        vals = [r.triple_name, r.rule, r.probability, r.prior, r.posterior, r.client, r.client_posterior, r.weight]
+    gcols = ["variants", "uses_head", "detour"] if groups is not None else []
+    lines = ["\t".join(cols + mcols + gcols)]
+    for pos, r in enumerate(rows):
+        vals: list[Any] = [r.triple_name, r.rule, r.probability, r.prior, r.posterior, r.client]
+        vals += [r.client_posterior, r.weight]
         vals += [(r.measures or {}).get(k) for k in mcols]
+        if groups is not None:
+            g = groups[pos]
+            vals += [g.variants, int(g.uses_head), int(g.detour)]
         cells = []
         for v in vals:
             if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -156,27 +179,127 @@ def _rows_tsv(rows: list[RuleRow]) -> str:
     show_default=True,
     help="Output format.",
 )
-def list_rules(run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str) -> None:
-    """List the stored rules per triple, most probable first."""
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Every stored rule, one line each, in stored-probability order (on a fednsl-kg run the default lists one "
+    "line per canonical rule).",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=0.95,
+    show_default=True,
+    help="fednsl-kg runs: a relation counts as symmetric (r = ~r), or two as inverse (r = ~s), when at least this "
+    "share of their training facts has the reverse fact.",
+)
+def list_rules(
+    run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str, show_all: bool, threshold: float
+) -> None:
+    """List the stored rules per triple, most probable first.
+
+    On a fednsl-kg run, stored rules that are one rule on the run's training triples (a symmetric relation
+    written r or ~r, an inverse pair written r or ~s) are listed once, as their most probable form, with a
+    `variants` column counting the stored rules merged into it. Rules that make a step there and back (x, ~x)
+    are marked [detour] and listed after the others of their triple, rules whose body uses the head relation
+    (or an equivalent) are marked [uses head] and listed last. --all lists every stored rule as stored.
+    """
     from rules.fol import RuleSyntaxError
 
     store = _load(run_dir)
     if client is not None and client not in store.clients:
         raise BadInput(f"--client: client {client!r} not in the store; clients: {', '.join(store.clients) or 'none'}")
     _check_head(store, head)
+    eq = None if show_all else _kg_equivalences(run_dir, store, threshold)
     try:
-        rows = store.rows(head=head, client=client, top=top)
+        rows = store.rows(head=head, client=client, top=top if eq is None else None)
     except (RuleSyntaxError, ValueError) as err:
         raise BadInput(f"{_store_path(run_dir)}: {one_line(err)}") from err
+    groups = None
+    if eq is not None:
+        rows, groups = _grouped(store, rows, eq, top)
     if fmt == "json":
-        click.echo(json.dumps([r.to_json() for r in rows], indent=1))
+        items = [r.to_json() for r in rows]
+        if groups is not None:
+            for pos, item in enumerate(items):
+                g = groups[pos]
+                item["variants"] = g.variants
+                item["variant_rules"] = g.variant_rules
+                item["uses_head"], item["detour"] = g.uses_head, g.detour
+        click.echo(json.dumps(items, indent=1))
     elif not rows and fmt == "text":
         what = f" of head {head}" if head is not None else ""
         click.echo(f"no rules{what}" + (f" with a posterior of client {client}" if client else ""))
     elif fmt == "tsv":
-        click.echo(_rows_tsv(rows), nl=False)
+        click.echo(_rows_tsv(rows, groups), nl=False)
     else:
-        click.echo(_rows_text(store, rows, client), nl=False)
+        click.echo(_rows_text(store, rows, client, groups), nl=False)
+
+
+def _kg_equivalences(run_dir: Path, store: RuleStore, threshold: float) -> dict[int, int] | None:
+    """Token → representative measured on a fednsl-kg run's training triples (all clients; the KG rebuilt from
+    RUN_DIR/config.yaml as ``rules explain`` does); None for other runs. When the KG cannot be rebuilt, a note
+    on stderr and no equivalences (rules are still grouped by their exact body, and marked)."""
+    import numpy as np
+
+    from rules.identity import equivalences
+
+    config = _run_config(run_dir)
+    method = getattr(config, "method", None) or store.meta.get("method")
+    if method != "fednsl-kg":
+        return None
+    num_r = len(store.relations)
+    identity = {t: t for t in range(2 * num_r + 1)}
+    if config is None:
+        click.echo("note: no config.yaml beside the rules: relation equivalences not measured", err=True)
+        return identity
+    try:
+        from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
+        from fednsl.registry import build_kwargs
+
+        parts, _, _ = load_parts(build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)"), int(config.seed))
+        if not parts or tuple(parts[0].relations) != tuple(store.relations):
+            raise ValueError("the KG rebuilt from config.yaml does not match the rule store's relations")
+        triples = np.concatenate([p.train for p in parts])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        click.echo(f"note: relation equivalences not measured ({one_line(err)})", err=True)
+        return identity
+    return equivalences(triples, num_r, threshold)
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """A canonical rule as the list shows it: how many stored rules it stands for, their texts (the shown one
+    left out), and its marks."""
+
+    variants: int
+    variant_rules: list[str]
+    uses_head: bool
+    detour: bool
+    of: int  # canonical rules of the triple (before --top)
+
+
+def _grouped(
+    store: RuleStore, rows: list[RuleRow], eq: dict[int, int], top: int | None
+) -> tuple[list[RuleRow], dict[int, _Shown]]:
+    """One row per canonical rule of each triple (:func:`rules.identity.group_rules` on the rows' probabilities),
+    at most ``top`` per triple, and row position → its group."""
+    from rules.identity import group_rules
+
+    num_r = len(store.relations)
+    by_triple: dict[Any, list[RuleRow]] = {}
+    for r in rows:
+        by_triple.setdefault(r.triple, []).append(r)
+    out: list[RuleRow] = []
+    groups: dict[int, _Shown] = {}
+    for triple, trows in by_triple.items():
+        found = group_rules(int(triple[0]) % num_r, [(r.tokens, r.probability) for r in trows], eq, num_r)
+        for g in found[: top if top is not None else None]:
+            texts = [trows[i].rule for i in g.members if i != g.index]
+            groups[len(out)] = _Shown(g.variants, texts, g.uses_head, g.detour, len(found))
+            out.append(trows[g.index])
+    return out, groups
 
 
 # --- export -----------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def test_explain_errors_exit_2_with_one_line(kg_run: Path, args: tuple[str, ...]
 
 
 def test_export_leaves_out_zero_support_rules(kg_run: Path) -> None:
-    listed = json.loads(invoke("list", kg_run, "--format", "json")[1])
+    listed = json.loads(invoke("list", kg_run, "--all", "--format", "json")[1])
     zero = sum(r["measures"]["support"] == 0 for r in listed)
     assert zero > 0  # one round of tiny settings keeps some bodies that never predict a training fact
     code, out, err = invoke("export", kg_run, "--format", "anyburl")
@@ -124,3 +124,49 @@ def test_export_leaves_out_zero_support_rules(kg_run: Path) -> None:
     assert len(rows) == len(listed) - zero and all(int(r[1]) > 0 for r in rows)
     code, _, err = invoke("export", kg_run, "--format", "amie", "--out", "rules.tsv")
     assert code == 0 and (kg_run / "exports" / "rules.tsv").read_text().count("\n") == len(rows) + 1
+
+
+def test_list_groups_rules_that_are_one_rule_on_the_data(kg_run: Path) -> None:
+    code, grouped, _ = invoke("list", kg_run)
+    assert code == 0, grouped
+    code, every, _ = invoke("list", kg_run, "--all")
+    assert code == 0 and "variants" not in every and "[uses head]" not in every
+    stored = json.loads(invoke("list", kg_run, "--all", "--format", "json")[1])
+    rows = json.loads(invoke("list", kg_run, "--format", "json")[1])
+    # every stored rule is shown or is a variant of a shown one, once
+    assert sum(r["variants"] for r in rows) == len(stored) and len(rows) < len(stored)
+    assert all(len(r["variant_rules"]) == r["variants"] - 1 for r in rows)
+    shown = sorted([r["rule"] for r in rows] + [v for r in rows for v in r["variant_rules"]])
+    assert shown == sorted(r["rule"] for r in stored)
+    # per triple: non-head-using, non-detour rules first, then by probability
+    for triple in {r["triple_name"] for r in rows}:
+        mine = [r for r in rows if r["triple_name"] == triple]
+        keys = [(r["uses_head"], r["detour"]) for r in mine]
+        assert keys == sorted(keys)
+        for k in set(keys):
+            probs = [r["probability"] for r in mine if (r["uses_head"], r["detour"]) == k]
+            assert probs == sorted(probs, reverse=True)
+    # sibling_of is symmetric and child_of the inverse of parent_of in the family KG: no shown rule has a
+    # variant that differs other than by writing sibling_of / ~sibling_of, child_of / ~parent_of, parent_of / ~child_of
+    canon = {"~sibling_of": "sibling_of", "~parent_of": "child_of", "~child_of": "parent_of"}
+
+    def canonical(rule: str) -> list[str]:
+        return [canon.get(a.strip(), a.strip()) for a in rule.split("<-")[1].split(",")]
+
+    for r in rows:
+        assert all(canonical(v) == canonical(r["rule"]) for v in r["variant_rules"]), r
+    lines = grouped.splitlines()
+    assert re.fullmatch(
+        r"grandparent_of\S*  \(round 1, \d+ bodies as \d+ rules, sorted by posterior; head-using rules last\)",
+        next(ln for ln in lines if ln.startswith("grandparent_of")),
+    )
+    assert lines[1].split()[-2:] == ["variants", "rule"]
+    marked = [ln for ln in lines if ln.endswith("[uses head]")]
+    assert marked and all("<-" in ln for ln in marked)
+    top = json.loads(invoke("list", kg_run, "--head", "grandparent_of", "--top", "2", "--format", "json")[1])
+    assert [r["rule"] for r in top] == [r["rule"] for r in rows if r["triple_name"].startswith("grandparent_of")][:2]
+    tsv = invoke("list", kg_run, "--format", "tsv")[1].splitlines()
+    assert tsv[0].split("\t")[-3:] == ["variants", "uses_head", "detour"] and len(tsv) == len(rows) + 1
+    # a threshold above what the data shows: only exact duplicates merge, nothing else
+    loose = json.loads(invoke("list", kg_run, "--format", "json", "--threshold", "1")[1])
+    assert len(loose) >= len(rows)
