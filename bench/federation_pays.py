@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -173,7 +174,7 @@ def markdown(
         "Commands (the folder is written by this bench per seed):",
         "",
     ]
-    lines += [f"- `{c}`" for c in commands]
+    lines += [f"- `{re.sub(r'/tmp/fednsl-federation-pays-[^/]+/', 'DIR/', c)}`" for c in commands]
     return "\n".join(lines) + "\n"
 
 

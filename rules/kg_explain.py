@@ -114,7 +114,7 @@ class GroundingSearch:
         return self._row(self.graph.adjacency[self.graph.inverse(token)], v, self._to.get((v, token)))
 
     def reach_counts(self, body: Sequence[int], tail: int) -> list[dict[int, int]]:
-        """counts[k][u] = number of walks from u (as z_k) to ``tail`` along body[k:]; counts[L] = {tail: 1}."""
+        """``counts[k][u]``: the number of walks from u (as z_k) to ``tail`` along ``body[k:]``; ``counts[L] = {tail: 1}``."""
         L = len(body)
         counts: list[dict[int, int]] = [{} for _ in range(L + 1)]
         counts[L] = {int(tail): 1}
