@@ -1,4 +1,5 @@
-"""YAML 1.2 numbers in every user-facing YAML (configs, ``--set`` values, generator configs)."""
+"""YAML 1.2 numbers in every user-facing YAML (configs, ``--set`` values, generator configs); no anchors or
+aliases; parser errors on one line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from fednsl.config import load_config, parse_override
-from kg.yaml_io import load_yaml
+from kg.yaml_io import YamlAliasError, load_yaml, yaml_error_line
 
 
 @pytest.mark.parametrize(
@@ -47,3 +48,33 @@ def test_override_and_config_file_read_exponents(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("method: fednsl\nrounds: 1\nmethod_kwargs:\n  kl_weight: 5e-2\n")
     assert load_config(path).method_kwargs["kl_weight"] == 0.05
+
+
+@pytest.mark.parametrize(("text", "found", "line"), [
+    ("a: &x 1\nb: *x", "&x", 1),
+    ("&x [*x]", "&x", 1),
+    ("a: 1\nb: [*x]", "*x", 2),
+    ("a:\n  b: &big [1, 2]\n", "&big", 2),
+])
+def test_anchors_and_aliases_are_refused(text: str, found: str, line: int) -> None:
+    with pytest.raises(YamlAliasError) as info:
+        load_yaml(text)
+    assert isinstance(info.value, yaml.YAMLError)
+    msg = yaml_error_line(info.value)
+    assert msg.startswith(f"line {line}, column ") and f"anchors and aliases are not allowed (found {found})" in msg
+
+
+def test_quoted_ampersands_and_stars_are_text() -> None:
+    assert load_yaml("a: '&x [*x]'\nb: \"*\"\nc: x*y") == {"a": "&x [*x]", "b": "*", "c": "x*y"}
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[1", "line 1, column 3: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
+    ("*", "line 1, column 2: expected alphabetic or numeric character, but found the end of the text"),
+    ("a: 1\n b: 2", "line 2, column 3: mapping values are not allowed here"),
+])
+def test_parser_errors_on_one_line(text: str, words: str) -> None:
+    with pytest.raises(yaml.YAMLError) as info:
+        load_yaml(text)
+    msg = yaml_error_line(info.value)
+    assert words in msg and "\n" not in msg
