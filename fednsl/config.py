@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
+import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -22,12 +23,15 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from fednsl.registry import build_kwargs
-from kg.yaml_io import load_yaml
+from kg.yaml_io import YamlAliasError, load_yaml, yaml_error_line
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The shipped configs: package data of fednsl (fednsl/configs links to the checkout's top-level configs/ folder,
 # and a built wheel carries the files), so they are found the same way from a checkout and from an install.
 CONFIG_DIR = Path(str(importlib.resources.files("fednsl") / "configs"))
+
+SEED_MAX = 2**32 - 1  # seeds reach numpy, torch and scikit-learn, whose common range is [0, 2**32)
+NAME_MAX = 200  # characters of ``name`` (a folder name under runs/, with "-seed<k>-<time>" added)
 
 
 @dataclass
@@ -110,6 +114,9 @@ class RunConfig:
         )
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        check_seed(self.seed)
+        if self.name is not None:
+            check_name(self.name)
         if isinstance(self.federation, Mapping):
             self.federation = build_kwargs(FederationConfig, self.federation, "federation")
         n = self.data.get("num_clients")
@@ -126,7 +133,34 @@ class RunConfig:
     def from_dict(cls, raw: Mapping[str, Any], where: str = "config") -> "RunConfig":
         if "method" not in raw:
             raise ValueError(f"{where}: missing required key 'method'")
+        if "seed" in raw:  # before the type check, so that a seed of the wrong type is told the range too
+            check_seed(raw["seed"])
         return build_kwargs(cls, raw, where)
+
+
+def check_seed(seed: Any) -> None:
+    """ValueError naming ``seed`` and its range unless ``seed`` is an integer in [0, :data:`SEED_MAX`]."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= SEED_MAX):
+        shown = f"{seed!r} ({type(seed).__name__})" if not isinstance(seed, int) else str(seed)
+        raise ValueError(f"seed must be an integer from 0 to {SEED_MAX}, got {shown}")
+
+
+def check_name(name: str) -> None:
+    """ValueError unless ``name`` is a plain folder name: the run goes to ``runs/<name>-seed<k>-<time>/`` and
+    must not land outside ``runs/`` (no path separators, no ``..``, not absolute)."""
+    plain = (
+        name.strip() != ""
+        and name not in (".", "..")
+        and not any(c in name for c in "/\\")
+        and name.isprintable()
+        and not Path(name).is_absolute()
+        and len(name) <= NAME_MAX
+    )
+    if not plain:
+        raise ValueError(
+            f"name must be a plain folder name (no '/', '\\' or '..', at most {NAME_MAX} characters; "
+            f"the run goes to runs/<name>-seed<k>-<time>/), got {name!r}"
+        )
 
 
 _TYPE_WORDS = {
@@ -166,15 +200,30 @@ def check_types(obj: Any, where: str, kinds: Mapping[str, str]) -> None:
             raise ValueError(f"{key} must be {expected}, got {value!r} ({type(value).__name__})")
 
 
+def override_label(text: str) -> str:
+    """How a message names an override: ``--set rounds=abc`` (quoted as a shell would need it)."""
+    return f"--set {shlex.quote(text)}"
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"a.b=1e-3"`` → (["a", "b"], 0.001). Values are parsed as YAML scalars/lists."""
+    """``"a.b=1e-3"`` → (["a", "b"], 0.001). Values are parsed as YAML scalars/lists.
+
+    A value that is not YAML, or uses an anchor or alias, raises ValueError naming the ``--set``."""
     if "=" not in text:
-        raise ValueError(f"override {text!r} is not of the form key.path=value")
+        raise ValueError(f"{override_label(text)}: not of the form key.path=value")
     key, value = text.split("=", 1)
     path = [p for p in key.strip().split(".") if p]
     if not path:
-        raise ValueError(f"override {text!r} has an empty key")
-    return path, load_yaml(value) if value.strip() != "" else ""
+        raise ValueError(f"{override_label(text)}: empty key (expected key.path=value)")
+    if value.strip() == "":
+        return path, ""
+    try:
+        return path, load_yaml(value)
+    except YamlAliasError as exc:
+        problem = exc.problem
+    except yaml.YAMLError as exc:
+        problem = f"the value is not valid YAML ({yaml_error_line(exc)})"
+    raise ValueError(f"{override_label(text)}: {problem}; to pass it as text, quote it: --set '{key}=\"{value}\"'")
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -183,12 +232,12 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
     for text in overrides:
         path, value = parse_override(text)
         if path[0] not in top:
-            raise ValueError(f"override {text!r}: unknown top-level key {path[0]!r}; valid: {sorted(top)}")
+            raise ValueError(f"{override_label(text)}: unknown top-level key {path[0]!r}; valid: {sorted(top)}")
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ValueError(f"override {text!r}: {part!r} is not a mapping")
+                raise ValueError(f"{override_label(text)}: {part!r} is not a mapping")
         node[path[-1]] = value
     return out
 
@@ -206,17 +255,69 @@ def resolve_config_path(name: str | Path) -> Path:
     )
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
-    path = resolve_config_path(path)
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The mapping of a config file; ValueError naming the file (and line) when it is not one."""
     try:
-        raw = load_yaml(path.read_text()) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: invalid YAML: {exc}") from exc
+        raise ValueError(f"{path}: invalid YAML: {yaml_error_line(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: top level must be a mapping")
-    raw = apply_overrides(raw, overrides)
+    return raw
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """The config file ``path`` (or shipped config name) with ``overrides`` applied, validated.
+
+    A value that is wrong because of a ``--set`` is reported naming that ``--set``; one wrong in the file, naming
+    the file."""
+    path = resolve_config_path(path)
+    raw = read_config_file(path)
     raw.setdefault("name", path.stem)
-    return RunConfig.from_dict(raw, where=str(path))
+    merged = apply_overrides(raw, overrides)
+    try:
+        return RunConfig.from_dict(merged, where=str(path))
+    except ValueError as exc:
+        if not overrides:
+            raise _named(exc, str(path)) from exc
+        culprits = _culprits(raw, list(overrides))
+        if not culprits:  # the file alone is already wrong
+            raise _named(exc, str(path)) from exc
+        where = ", ".join(override_label(t) for t in culprits)
+        try:
+            RunConfig.from_dict(merged, where=where)
+        except ValueError as named:
+            raise _named(named, where) from exc
+        raise  # pragma: no cover - the same input fails the same way
+
+
+def _error(raw: Mapping[str, Any]) -> str | None:
+    """Why ``raw`` is not a valid config (None: it is)."""
+    try:
+        RunConfig.from_dict(raw)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _culprits(raw: dict[str, Any], overrides: list[str]) -> list[str]:
+    """The overrides to blame for an invalid config: none when the file alone fails the same way; else those
+    without which the config is valid, or else those without which it fails differently, or else all."""
+    error = _error(apply_overrides(raw, overrides))
+    if _error(raw) == error:
+        return []
+    without = [_error(apply_overrides(raw, overrides[:i] + overrides[i + 1 :])) for i in range(len(overrides))]
+    valid = [t for t, e in zip(overrides, without) if e is None]
+    changed = [t for t, e in zip(overrides, without) if e != error]
+    return valid or changed or overrides
+
+
+def _named(exc: ValueError, where: str) -> ValueError:
+    """A ValueError with the message of ``exc``, starting with ``where``."""
+    text = str(exc)
+    return ValueError(text if text.startswith(f"{where}:") else f"{where}: {text}")
 
 
 def shipped_configs() -> list[tuple[str, str]]:
