@@ -201,7 +201,8 @@ def _read_text(path: Path) -> str:
         )
         raise TriplesError(f"{path}: {kind} ({exc})", file=str(path)) from exc
     try:
-        return data.decode("utf-8")
+        # a byte-order mark (written by some Windows editors) is not part of the first name
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise TriplesError(

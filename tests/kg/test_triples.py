@@ -96,6 +96,23 @@ def test_non_utf8_names_the_line(tmp_path: Path) -> None:
         load_kg(folder)
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path: Path) -> None:
+    bom = "\ufeff"
+    plain = load_kg(_write(tmp_path / "plain", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST,
+                                                 "entity_types.tsv": TYPES}))
+    files = {"train.txt": bom + TRAIN, "valid.txt": bom + VALID, "test.txt.gz": bom + TEST,
+             "entity_types.tsv": bom + TYPES}
+    kg = load_kg(_write(tmp_path / "bom", files))
+    assert kg.entities == plain.entities == ("a", "b", "c", "d", "e") and kg.relations == plain.relations
+    np.testing.assert_array_equal(kg.all_triples(), plain.all_triples())
+    np.testing.assert_array_equal(kg.entity_types, plain.entity_types)
+    assert kg.types_skipped == plain.types_skipped
+    bad = _write(tmp_path / "bad", {"train.txt": (bom + "a\tr\tb\n").encode() + b"c\tr\t\xff\n", "valid.txt": "",
+                                    "test.txt": ""})
+    with pytest.raises(TriplesError, match=r"train\.txt: line 2: not UTF-8 text \(byte 0xff\)"):
+        load_kg(bad)
+
+
 def test_corrupt_gzip_names_the_file(tmp_path: Path) -> None:
     folder = _write(tmp_path / "gz", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST})
     (folder / "test.txt").unlink()
