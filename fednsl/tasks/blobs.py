@@ -26,6 +26,35 @@ class BlobsConfig:
     class_sep: float = 1.0
     test_ratio: float = 0.25
 
+    def __post_init__(self) -> None:
+        for name, low, high in SIZE_BOUNDS:
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"data.{name} must be from {low} to {high:,}, got {value:,}")
+        per_client = self.samples_per_client * self.features
+        if per_client > MAX_VALUES_PER_CLIENT or per_client * self.num_clients > MAX_VALUES:
+            raise ValueError(
+                f"data.num_clients × data.samples_per_client × data.features = {per_client * self.num_clients:,} "
+                f"values is too large (at most {MAX_VALUES_PER_CLIENT:,} per client and {MAX_VALUES:,} in all)"
+            )
+        if not self.dirichlet_alpha > 0:
+            raise ValueError(f"data.dirichlet_alpha must be > 0, got {self.dirichlet_alpha}")
+        if not self.class_sep >= 0:
+            raise ValueError(f"data.class_sep must be >= 0, got {self.class_sep}")
+        if not 0 <= self.test_ratio < 1:
+            raise ValueError(f"data.test_ratio must be in [0, 1), got {self.test_ratio}")
+
+
+# sizes a synthetic set may have: far above any experiment, far below what exhausts a machine's memory
+SIZE_BOUNDS = (
+    ("num_clients", 1, 10_000),
+    ("samples_per_client", 1, 1_000_000),
+    ("features", 1, 100_000),
+    ("classes", 1, 10_000),
+)
+MAX_VALUES_PER_CLIENT = 20_000_000  # one client's features (float64 while drawn: 160 MB)
+MAX_VALUES = 100_000_000  # all clients' features (float32: 400 MB)
+
 
 @dataclass
 class ClientData:
