@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import logging
 import resource
@@ -24,7 +26,15 @@ from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.faults import inject_faults
 from fednsl.federation.resume import prepare_resume
 from fednsl.federation.runner import Federation, InProcessRunner, MessageHook, RunResult
-from fednsl.federation.tracking import progress_bar, progress_disabled
+from fednsl.federation.tracking import (
+    NO_ROOM,
+    Checkpoints,
+    RunWriteError,
+    progress_bar,
+    progress_disabled,
+    run_lock,
+    writing,
+)
 from fednsl.plots import plot_run
 from fednsl.registry import ENGINE_TABLE, METHODS, Registry, load_methods, normalize
 from fednsl.rule_counts import count_rules
@@ -62,7 +72,11 @@ def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
 
 
 def latest_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path | None:
-    cands = sorted(root.glob(f"{config.name or config.method}-seed{config.seed}-*"))
+    """The newest run of ``config`` (name and seed) under ``root`` that holds a checkpoint; None if there is none.
+
+    A folder without a checkpoint (a run refused or stopped before its first round ended) is never picked."""
+    pattern = f"{glob.escape(config.name or config.method)}-seed{config.seed}-*"
+    cands = sorted(p for p in root.glob(pattern) if p.is_dir() and Checkpoints(p).list())
     return cands[-1] if cands else None
 
 
@@ -85,6 +99,12 @@ def train(
 ) -> RunResult:
     """Run a config to the end (or resume it) and write the run directory.
 
+    Everything that can refuse the config (engine, method options, data) runs before a new RUN_DIR is created, so a
+    refused config leaves no folder behind. The run holds RUN_DIR's lock (:func:`fednsl.federation.tracking.run_lock`)
+    for its life: a second run into the same folder is refused (:class:`~fednsl.federation.tracking.RunDirBusyError`).
+    A write that fails for want of room raises :class:`~fednsl.federation.tracking.RunWriteError` naming the file
+    (its ``run_dir`` set); the run continues with ``resume`` once there is room.
+
     RUN_DIR holds config.yaml, metrics.jsonl/.csv, checkpoints/, plots/, summary.json, run.log
     and method outputs (e.g. rules.json/rules.tsv for rule-learning methods, with confidence counts added at the
     end by :func:`fednsl.rule_counts.count_rules`). With ``resume``, ``start_over`` sets unreadable checkpoints
@@ -94,28 +114,103 @@ def train(
     if out is None and resume:
         out = latest_run_dir(config)
         if out is None:
-            raise FileNotFoundError(f"--resume: no earlier run of {config.name} (seed {config.seed}) under runs/")
+            raise FileNotFoundError(
+                f"--resume: no earlier run of {config.name} (seed {config.seed}) with a checkpoint under runs/"
+            )
     run_dir = Path(out) if out is not None else default_run_dir(config)
-    if resume:
-        prepare_resume(run_dir, config, start_over=start_over)
-    elif (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
-        raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(config, run_dir / "config.yaml")
-    handler = logging.FileHandler(run_dir / "run.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("fednsl").addHandler(handler)
-    logging.getLogger("fednsl").setLevel(logging.INFO)
+    fednsl_log = logging.getLogger("fednsl")
+    fednsl_log.setLevel(logging.INFO)
+    early = _Buffer()  # what is logged before run.log exists goes into it afterwards
+    fednsl_log.addHandler(early)
+    handler: logging.Handler | None = None
+    t0 = time.perf_counter()
     try:
-        # bars of long inner loops of the rule layer (generator training) too, nested under the round bar
-        with progress_disabled(not progress), rule_progress.installed(partial(progress_bar, leave=False)):
-            return _train(config, run_dir, resume, progress, message_hook, federation)
+        with contextlib.ExitStack() as lock:
+            claimed = run_dir.is_dir()
+            if claimed:  # an existing folder is claimed (and checked) before the data is built
+                lock.enter_context(run_lock(run_dir))
+                _claim(run_dir, config, resume, start_over)
+            log.info(
+                "%s %s: method %s, %d rounds, seed %d, engine %s → %s",
+                "resuming" if resume else "training",
+                config.name or config.method,
+                config.method,
+                config.rounds,
+                config.seed,
+                config.engine,
+                run_dir,
+            )
+            # everything that can refuse the config runs before a new run folder exists
+            engine = get_engine(config.engine)
+            built = federation if federation is not None else build_federation(config)
+            fed = inject_faults(built, config.federation.faults)  # no-op unless federation.faults is set
+            if config.federation.min_clients > len(fed.clients):
+                raise ValueError(
+                    f"federation.min_clients={config.federation.min_clients} exceeds the "
+                    f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
+                )
+            if not claimed:
+                with writing(run_dir):
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                lock.enter_context(run_lock(run_dir))
+                _claim(run_dir, config, resume, start_over)  # a run that started meanwhile
+            with writing(run_dir / "config.yaml"):
+                dump_config(config, run_dir / "config.yaml")
+            handler = _RunLog(run_dir / "run.log")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            fednsl_log.addHandler(handler)
+            early.replay(handler)
+            fednsl_log.removeHandler(early)
+            # bars of long inner loops of the rule layer (generator training) too, nested under the round bar
+            with progress_disabled(not progress), rule_progress.installed(partial(progress_bar, leave=False)):
+                return _train(config, run_dir, resume, progress, message_hook, engine, built, fed, t0)
     except Exception as exc:  # into run.log only (INFO stays off the console); the caller reports the error
-        log.info("run stopped by %s: %s", type(exc).__name__, exc)
+        if handler is not None:
+            log.info("run stopped by %s: %s", type(exc).__name__, exc)
+        if isinstance(exc, RunWriteError):
+            exc.run_dir = run_dir
+        elif isinstance(exc, OSError) and exc.errno in NO_ROOM:  # a write of the method's own or of a plot
+            err = RunWriteError(exc.filename or run_dir, exc)
+            err.run_dir = run_dir
+            raise err from exc
         raise
     finally:
-        logging.getLogger("fednsl").removeHandler(handler)
-        handler.close()
+        fednsl_log.removeHandler(early)
+        if handler is not None:
+            fednsl_log.removeHandler(handler)
+            handler.close()
+
+
+def _claim(run_dir: Path, config: RunConfig, resume: bool, start_over: bool) -> None:
+    """Check (under the run lock) that ``run_dir`` may take this run: resumable, or holding no run yet."""
+    if resume:
+        prepare_resume(run_dir, config, start_over=start_over)
+    elif Checkpoints(run_dir).list() or (run_dir / "metrics.jsonl").exists():
+        raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+
+
+class _Buffer(logging.Handler):
+    """Keeps the records logged before run.log is opened, to write them there once it is."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def replay(self, target: logging.Handler) -> None:
+        for record in self.records:
+            if record.levelno >= target.level:
+                target.handle(record)
+        self.records.clear()
+
+
+class _RunLog(logging.FileHandler):
+    """RUN_DIR/run.log; a write that fails (a full disk) is not reported on the console: the run's own error is."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        pass
 
 
 def _train(
@@ -124,28 +219,12 @@ def _train(
     resume: bool,
     progress: bool,
     message_hook: MessageHook | None,
-    federation: Federation | None,
+    engine: EngineFactory,
+    built: Federation,
+    fed: Federation,
+    t0: float,
 ) -> RunResult:
-    t0 = time.perf_counter()
-    log.info(
-        "%s %s: method %s, %d rounds, seed %d, engine %s → %s",
-        "resuming" if resume else "training",
-        config.name or config.method,
-        config.method,
-        config.rounds,
-        config.seed,
-        config.engine,
-        run_dir,
-    )
-    engine = get_engine(config.engine)  # an unknown engine is refused before the data is built
-    built = federation if federation is not None else build_federation(config)
     log.info("data: %s", json.dumps(_short_summary(built.summary), default=str))
-    fed = inject_faults(built, config.federation.faults)  # no-op unless federation.faults is set
-    if config.federation.min_clients > len(fed.clients):
-        raise ValueError(
-            f"federation.min_clients={config.federation.min_clients} exceeds the "
-            f"{len(fed.clients)} clients of this data: no stage could reach its quorum"
-        )
     runner = engine(fed, config, run_dir, resume=resume, progress=progress, message_hook=message_hook)
     result = runner.run()
     try:  # rules.json of a rule learner gets its confidence counts
@@ -153,7 +232,10 @@ def _train(
     except ValueError as exc:  # the run itself is complete and kept: say so and go on
         log.warning("confidence counts not added: %s", exc)
         counts = None
-    plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
+    with writing(run_dir / "plots"):
+        plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
+    # every plot of the run: the generic metrics.png and the method's own (written when it finalised)
+    plots = sorted(str(p.relative_to(run_dir)) for p in (run_dir / "plots").glob("*.png"))
     summary = {
         "method": config.method,
         "config": config.name,
@@ -162,8 +244,7 @@ def _train(
         "wall_time_s": time.perf_counter() - t0,
         "peak_rss_mb": peak_rss_mb(),
         "data": fed.summary,
-        # every plot of the run: the generic metrics.png and the method's own (written when it finalised)
-        "plots": sorted(str(p.relative_to(run_dir)) for p in (run_dir / "plots").glob("*.png")),
+        "plots": plots,
         "final": {
             r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
             for r in result.rows
@@ -175,12 +256,13 @@ def _train(
     extra = getattr(fed.strategy, "summary_metrics", None)
     if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
         summary.update(extra())
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    with writing(run_dir / "summary.json"):
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     log.info(
         "done in %.1f s, peak memory %.0f MB; wrote %s",
         summary["wall_time_s"],
         summary["peak_rss_mb"],
-        ", ".join(["summary.json", *summary["plots"]]),
+        ", ".join(["summary.json", *plots]),
     )
     return result
 

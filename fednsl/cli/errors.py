@@ -45,6 +45,9 @@ def one_line(exc: BaseException) -> str:
     name = getattr(exc, "filename", None)
     if name and str(name) not in text:
         text = f"{name}: {text}"
+    head, sep, rest = text.partition(": ")
+    if sep and rest.startswith(f"{head}: "):  # a message that names its file, from an error that adds it again
+        text = rest
     if isinstance(exc, UnicodeDecodeError):
         text = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
     elif isinstance(exc, (zlib.error, gzip.BadGzipFile, EOFError)):

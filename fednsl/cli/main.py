@@ -109,12 +109,19 @@ def train(
     except BAD_INPUT as exc:
         raise as_bad_input(exc) from exc
     from fednsl.federation.runner import QuorumLostError
+    from fednsl.federation.tracking import NO_ROOM, RunWriteError
     from fednsl.pipeline import train as run_train
 
     try:
         result = run_train(cfg, out, resume=resume, progress=not quiet, start_over=start_over)
     except QuorumLostError as exc:  # the run stopped as configured (on_quorum_loss: abort); checkpoints are kept
         raise click.ClickException(f"run stopped: {exc}; resume it with --resume") from exc
+    except RunWriteError as exc:  # a full disk: not bad input, and the checkpoints written so far are kept
+        if exc.errno not in NO_ROOM:  # e.g. --out in a folder without write permission
+            raise as_bad_input(exc) from exc
+        raise click.ClickException(
+            f"run stopped: {exc}; make room, then continue it: the same command with --resume --out {exc.run_dir}"
+        ) from exc
     except BAD_INPUT as exc:
         raise as_bad_input(exc) from exc
     from fednsl.cli.result import result_line

@@ -1,4 +1,9 @@
-"""Metrics log (``metrics.jsonl`` wide rows + ``metrics.csv`` long rows), checkpoints, and progress bars.
+"""Metrics log (``metrics.jsonl`` wide rows + ``metrics.csv`` long rows), checkpoints, the run lock, progress bars.
+
+Writes into the run directory that fail (a full disk, a file size limit) raise :class:`RunWriteError`, which names
+the file; checkpoints are written atomically and the metrics are rewritten atomically on resume, so a run stopped
+that way continues with ``--resume`` once there is room. :func:`run_lock` keeps a second run out of a run
+directory that a run is using (``fcntl.flock`` on ``RUN_DIR/.lock``, held for the run's life).
 
 Progress bars (:func:`progress_bar`) show on a terminal only: never when stdout or stderr is not a TTY, never
 inside :func:`progress_disabled` (``fednsl train -q``), and each appears only once its step has run
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import logging
@@ -31,6 +37,75 @@ log = logging.getLogger("fednsl.tracking")
 
 class CheckpointError(ValueError):
     """No checkpoint of a run directory can be read (each file and its reason are in the message)."""
+
+
+# a write failed for want of room: not a bad input, the run can go on once there is room
+NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+class RunWriteError(OSError):
+    """A file of a run could not be written (full disk, file size limit, ...); ``str()`` names the file.
+
+    ``run_dir`` is set by :func:`fednsl.pipeline.train` on the way out, for the message that says how to resume.
+    """
+
+    def __init__(self, path: Path | str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__, str(path))
+        self.path = Path(path)
+        self.run_dir: Path | None = None
+
+    def __str__(self) -> str:
+        return f"could not write {self.path} ({self.strerror})"
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an OSError raised inside into a :class:`RunWriteError` naming ``path``."""
+    try:
+        yield
+    except RunWriteError:
+        raise
+    except OSError as exc:
+        raise RunWriteError(path, exc) from exc
+
+
+class RunDirBusyError(ValueError):
+    """Another run holds the run directory (:func:`run_lock`)."""
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[Path]:
+    """Hold an exclusive ``fcntl.flock`` on ``run_dir/.lock`` while inside (``run_dir`` must exist).
+
+    A second holder, in this process or another, is refused at once with :class:`RunDirBusyError` (naming the
+    folder and the holder's pid). The lock goes with the process (kill -9 included); the file stays behind.
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): no lock
+        yield run_dir / LOCK_FILE
+        return
+    path = run_dir / LOCK_FILE
+    with writing(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+            raise RunDirBusyError(
+                f"{run_dir} is in use by another fednsl run{f' (pid {holder})' if holder.isdigit() else ''}; "
+                "wait for it to end or choose another --out"
+            ) from None
+        with contextlib.suppress(OSError):  # the pid is only for the message above
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class MetricsLog:
@@ -58,17 +133,7 @@ class MetricsLog:
         self._append(row)
 
     def _append(self, row: Mapping[str, Any]) -> None:
-        rnd, scope, stage = row["round"], row["scope"], row["stage"]
-        metrics = {k: v for k, v in row.items() if k not in ("round", "scope", "stage")}
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        new = not self.csv.exists()
-        with self.csv.open("a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(["round", "scope", "stage", "metric", "value"])
-            for k, v in metrics.items():
-                w.writerow([rnd, scope, stage, k, v])
+        _write_rows([row], self.jsonl, self.csv)
 
     def rows(self) -> list[dict[str, Any]]:
         """The logged rows; a torn last line (a crash mid-write) is left out with a warning.
@@ -101,13 +166,41 @@ class MetricsLog:
         return out
 
     def truncate_after(self, rnd: int) -> None:
-        """Drop rows of rounds after ``rnd`` (a crash between logging and checkpointing)."""
+        """Drop rows of rounds after ``rnd`` (a crash between logging and checkpointing).
+
+        The files are rewritten beside the old ones and then replace them, so a failed write loses nothing."""
         rows = [r for r in self.rows() if r["round"] <= rnd]
-        for path in (self.jsonl, self.csv):
-            if path.exists():
-                path.unlink()
-        for r in rows:
-            self._append(r)
+        if not rows:
+            for path in (self.jsonl, self.csv):
+                path.unlink(missing_ok=True)
+            return
+        tmp = [path.with_name(path.name + ".tmp") for path in (self.jsonl, self.csv)]
+        try:
+            for path in tmp:
+                path.unlink(missing_ok=True)
+            _write_rows(rows, *tmp)
+            for path, final in zip(tmp, (self.jsonl, self.csv)):
+                with writing(final):
+                    os.replace(path, final)
+        finally:
+            for path in tmp:
+                path.unlink(missing_ok=True)
+
+
+def _write_rows(rows: Iterable[Mapping[str, Any]], jsonl: Path, csv_path: Path) -> None:
+    """Append ``rows`` to the JSONL file and, as long rows, to the CSV file (with its header when new)."""
+    rows = list(rows)
+    with writing(jsonl), jsonl.open("a") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+    new = not csv_path.exists()
+    with writing(csv_path), csv_path.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["round", "scope", "stage", "metric", "value"])
+        for row in rows:
+            for k, v in row.items():
+                if k not in ("round", "scope", "stage"):
+                    w.writerow([row["round"], row["scope"], row["stage"], k, v])
 
 
 def _bookkeeping(name: str) -> bool:
@@ -204,13 +297,17 @@ class Checkpoints:
         self.keep = max(1, keep)
 
     def save(self, rnd: int, state: Mapping[str, Any]) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"round_{rnd:04d}.pt"
         buf = io.BytesIO()
         torch.save(encode(dict(state)), buf)
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(buf.getvalue())
-        os.replace(tmp, path)
+        try:  # a torn write leaves only the .tmp file, which is removed; the older checkpoints stay
+            with writing(path):
+                self.dir.mkdir(parents=True, exist_ok=True)
+                tmp.write_bytes(buf.getvalue())
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
         for old in self.list()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
