@@ -36,9 +36,11 @@ Client → server:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from fednsl.federation.records import ArraySpec, Schema
+from fednsl.federation.records import ArraySpec, Message, Schema
 from fednsl.tasks.rule_learning.proposal import PROPOSAL_SCHEMA
 from kg.linkpred import RankingMetrics
 
@@ -52,6 +54,7 @@ __all__ = [
     "STATS_METRICS",
     "stats_schema",
     "sum_signatures",
+    "head_signature",
     "TRAIN_METRICS",
     "TRAIN_SCHEMA",
     "SIGNATURE_FIELDS",
@@ -168,3 +171,16 @@ def decode_rank_sums(limbs: np.ndarray, count: int) -> RankingMetrics:
     return RankingMetrics.from_state_dict(
         {"hits_at": list(RankingMetrics().hits_at), "count": int(count), "sums": sums}
     )
+
+
+def head_signature(replies: Sequence[Message], num_types: int) -> dict[int, tuple[int, int]]:
+    """Each relation's most frequent (head type, tail type) over the replies' summed signature counts (sparse: only
+    the pairs some client holds, so T may be large); empty on an untyped KG."""
+    parts = [m.arrays for m in replies if len(m.arrays[SIGNATURE_FIELDS[0]])]
+    if not parts:
+        return {}
+    heads, types, counts = (np.concatenate([a[f] for a in parts]) for f in SIGNATURE_FIELDS)
+    rel, pairs, sums = sum_signatures(heads, types, counts, num_types)
+    order = np.lexsort((pairs[:, 1], pairs[:, 0], -sums, rel))  # per relation: largest count, then smaller ids
+    first = order[np.r_[True, rel[order][1:] != rel[order][:-1]]]
+    return {int(rel[i]): (int(pairs[i, 0]), int(pairs[i, 1])) for i in first}

@@ -40,48 +40,25 @@ from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message, Schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
+from fednsl.methods.fednsl_kg.exchange import Exchange, refusal
 from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVAL_SCHEMA,
-    SIGNATURE_FIELDS,
     TRAIN_REQUEST_SCHEMA,
     TRAIN_SCHEMA,
     decode_rank_sums,
+    head_signature,
     stats_schema,
-    sum_signatures,
 )
 from fednsl.tasks.rule_learning import GLOBAL, Learner, Proposal, RuleLearningStrategy, Stats, Update, strip
 from kg.linkpred import RankingMetrics
 from rules.measures import RuleCounts
 
-__all__ = ["GLOBAL", "FedNSLKGStrategy", "head_signature"]
+__all__ = ["GLOBAL", "FedNSLKGStrategy"]
 
 TEST_KEYS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
 
 log = logging.getLogger("fednsl.methods.fednsl_kg")
-
-
-def head_signature(replies: Sequence[Message], num_types: int) -> dict[int, tuple[int, int]]:
-    """Each relation's most frequent (head type, tail type) over the replies' summed signature counts (sparse: only
-    the pairs some client holds, so T may be large); empty on an untyped KG."""
-    parts = [m.arrays for m in replies if len(m.arrays[SIGNATURE_FIELDS[0]])]
-    if not parts:
-        return {}
-    heads, types, counts = (np.concatenate([a[f] for a in parts]) for f in SIGNATURE_FIELDS)
-    rel, pairs, sums = sum_signatures(heads, types, counts, num_types)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0], -sums, rel))  # per relation: largest count, then smaller ids
-    first = order[np.r_[True, rel[order][1:] != rel[order][:-1]]]
-    return {int(rel[i]): (int(pairs[i, 0]), int(pairs[i, 1])) for i in first}
-
-
-def _listed(key: Any) -> list[Any]:
-    """A weights-table key as JSON: a head [r, a, b] or a (head, body) pair [[r, a, b], [body…]]."""
-    return [list(k) for k in key] if isinstance(key[0], tuple) else list(key)
-
-
-def _keyed(item: list[Any]) -> Any:
-    """Inverse of :func:`_listed`."""
-    return tuple(tuple(k) for k in item) if isinstance(item[0], list) else tuple(item)
 
 
 class FedNSLKGStrategy(RuleLearningStrategy):
@@ -111,13 +88,7 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         self.num_entities = num_entities  # bounds what a client's ranking sums may say (None: unchecked)
         self.facts: dict[str, np.ndarray] = {}  # client -> (R,) training facts per relation, from round 1
         self.last_eval: dict[str, Any] = {}
-        # per learner: (head, body) -> summed leave-one-out evidence (EVIDENCE_PARTS) of the latest round it was sent
-        self.evidence: dict[str, dict[tuple[tuple[int, int, int], tuple[int, ...]], np.ndarray]] = {
-            name: {} for name in self.learners
-        }
-        # per learner: (head, body) -> (2,) query-weighted mean rule weight per direction and (2,) summed queries;
-        # head -> (2, 2R) mean type-prior weights and (2,) summed queries
-        self.weights: dict[str, dict[Any, tuple[np.ndarray, np.ndarray]]] = {name: {} for name in self.learners}
+        self.exchange = {name: Exchange() for name in self.learners}  # pooled evidence and averaged weights
 
     # -- hooks of the rule-learning server ------------------------------------------------------------------------
     def stats_schema(self) -> Schema:
@@ -182,96 +153,24 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         return TRAIN_REQUEST_SCHEMA
 
     def train_arrays(self, learner: Learner, rnd: int, p: Proposal) -> dict[str, np.ndarray]:
-        """``confidence`` (T, J, 2): each proposed body's pooled leave-one-out confidence, −1 where unknown; the
-        averaged weights to start from (``start_*``)."""
-        return {**self._confidence(learner, p), **self._start_weights(learner, p)}
-
-    def _start_weights(self, learner: Learner, p: Proposal) -> dict[str, np.ndarray]:
-        table = self.weights[learner.name]
-        if not self.cfg.federated_weights or not table:
-            return {}
-        T, J = p.mask.shape
-        w, known = np.zeros((T, J, 2)), np.zeros((T, J, 2), dtype=bool)
-        types, types_known = None, np.zeros((T, 2), dtype=bool)
-        for t, key in enumerate(p.keys()):
-            for j, body in enumerate(p.bodies_of(t, self.R)):
-                if (key, body) in table:
-                    mean, n = table[(key, body)]
-                    w[t, j], known[t, j] = mean, n > 0
-            if key in table:
-                mean, n = table[key]
-                types = np.zeros((T, 2, mean.shape[1])) if types is None else types
-                types[t], types_known[t] = mean, n > 0
-        out: dict[str, np.ndarray] = {"start_weights": w, "start_known": known}
-        if types is not None:
-            out.update(start_type_weights=types, start_type_known=types_known)
-        return out
-
-    def _confidence(self, learner: Learner, p: Proposal) -> dict[str, np.ndarray]:
-        table = self.evidence[learner.name]
-        if not self.cfg.federated_confidence or not table:
-            return {}
-        T, J = p.mask.shape
-        out = np.full((T, J, 2), -1.0)
-        for t, key in enumerate(p.keys()):
-            for j, body in enumerate(p.bodies_of(t, self.R)):
-                e = table.get((key, body))
-                if e is not None:
-                    for k in range(2):
-                        if e[2 * k + 1] > 0:
-                            out[t, j, k] = e[2 * k] / e[2 * k + 1]
-        return {"confidence": out}
+        """The pooled ``confidence`` and the averaged weights to start from (``start_*``), as configured."""
+        ex = self.exchange[learner.name]
+        return {
+            **(ex.confidence(p, self.R) if self.cfg.federated_confidence else {}),
+            **(ex.start_weights(p, self.R) if self.cfg.federated_weights else {}),
+        }
 
     def after_update(self, u: Update) -> Metrics:
-        """Sum the replies' leave-one-out evidence per (head, body) over the learner's clients; average their fitted
-        weights, weighted by training queries."""
-        keys = u.proposal.keys()
-        bodies = [u.proposal.bodies_of(t, self.R) for t in range(len(keys))]
-        parts = [np.asarray(m.arrays["evidence"]) for m in u.replies.values() if "evidence" in m.arrays]
-        if parts:
-            total = np.sum(parts, axis=0)
-            table = self.evidence[u.learner.name]
-            for t, key in enumerate(keys):
-                for j, body in enumerate(bodies[t]):
-                    table[(key, body)] = total[t, j]
-        fitted = [m.arrays for m in u.replies.values() if "rule_weights" in m.arrays]
-        if fitted:
-            n = np.sum([a["weight_queries"] for a in fitted], axis=0).astype(np.float64)  # (T, 2)
-            div = np.maximum(n, 1.0)
-            rule_w = np.sum([a["rule_weights"] * a["weight_queries"][:, None, :] for a in fitted], axis=0)
-            weights = self.weights[u.learner.name]
-            for t, key in enumerate(keys):
-                for j, body in enumerate(bodies[t]):
-                    weights[(key, body)] = (rule_w[t, j] / div[t], n[t])
-            typed = [a for a in fitted if "type_weights" in a]
-            if typed:
-                type_w = np.sum([a["type_weights"] * a["weight_queries"][:, :, None] for a in typed], axis=0)
-                for t, key in enumerate(keys):
-                    weights[key] = (type_w[t] / div[t][:, None], n[t])
-        return {"evidence_clients": len(parts), "weight_clients": len(fitted)}
+        """Pool the replies' evidence and average their weights (:class:`.exchange.Exchange`)."""
+        out: Metrics = {**self.exchange[u.learner.name].absorb(u.proposal, u.replies, self.R)}
+        return out
 
     def _counts_round(self, rnd: int) -> bool:
         return self.cfg.counts == "every" or (self.cfg.counts == "last" and rnd >= self.rounds)
 
     def refuse(self, learner: Learner, rnd: int, cid: str, msg: Message) -> str | None:
-        """Counts beyond the client's round-1 training facts n_r: instances > n_r, evidence hits > n_r or reached
-        pairs > n_r · E, weights fitted on more than n_r queries."""
-        facts = self.facts.get(cid)
-        if facts is None:
-            return "the server has no round-1 statistics of this client, so no bound on its counts"
-        p = self.proposal(learner, rnd)
-        n = facts[np.asarray(p.relations, dtype=np.int64)] if p.num_heads else np.zeros(0, np.int64)
-        a = msg.arrays
-        E = self.num_entities or np.iinfo(np.int64).max // max(1, int(n.max(initial=1)))
-        checks: list[tuple[str, np.ndarray]] = [("instances", np.asarray(a["instances"]) > n)]
-        if "evidence" in a:
-            ev = np.asarray(a["evidence"])
-            checks.append(("evidence hits", np.asarray(ev[..., 0::2] > n[:, None, None])))
-            checks.append(("evidence reached pairs", np.asarray(ev[..., 1::2] > n[:, None, None] * E)))
-        if "weight_queries" in a:
-            checks.append(("weight queries", np.asarray(np.asarray(a["weight_queries"]) > n[:, None])))
-        bad = [name for name, rows in checks if rows.any()]
-        return f"{', '.join(bad)} exceed its {int(n.sum())} training facts of these relations" if bad else None
+        """Counts beyond the client's round-1 training facts (:func:`.exchange.refusal`)."""
+        return refusal(self.facts.get(cid), self.proposal(learner, rnd), msg, self.num_entities)
 
     def rule_counts(self, rnd: int, msg: Message, t: int, m: np.ndarray) -> RuleCounts | None:
         if not self._counts_round(rnd):
@@ -282,28 +181,17 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         return {"test": {k: v for k, v in self.last_eval.items() if k != "clients"}}
 
     def extra_state(self) -> dict[str, Any]:
-        evidence = {
-            name: [[list(key), list(body), [int(x) for x in e]] for (key, body), e in table.items()]
-            for name, table in self.evidence.items()
-        }
-        weights = {
-            name: [[_listed(k), mean.tolist(), n.tolist()] for k, (mean, n) in table.items()]
-            for name, table in self.weights.items()
-        }
         return {
             "last_eval": json.dumps(self.last_eval),
-            "evidence": json.dumps(evidence),
-            "weights": json.dumps(weights),
+            "exchange": json.dumps({name: ex.to_json() for name, ex in self.exchange.items()}),
             "facts": json.dumps({cid: n.tolist() for cid, n in self.facts.items()}),
         }
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.last_eval = json.loads(state["last_eval"])
         self.facts = {cid: np.asarray(n, dtype=np.int64) for cid, n in json.loads(state.get("facts", "{}")).items()}
-        for name, rows in json.loads(state.get("evidence", "{}")).items():
-            self.evidence[name] = {(tuple(key), tuple(body)): np.asarray(e, dtype=np.int64) for key, body, e in rows}
-        for name, rows in json.loads(state.get("weights", "{}")).items():
-            self.weights[name] = {_keyed(k): (np.asarray(mean), np.asarray(n)) for k, mean, n in rows}
+        for name, text in json.loads(state.get("exchange", "{}")).items():
+            self.exchange[name] = Exchange.from_json(text)
 
     # -- evaluation: filtered link prediction ---------------------------------------------------------------------
     def evaluate_stage(self) -> Stage:

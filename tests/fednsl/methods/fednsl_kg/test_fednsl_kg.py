@@ -24,9 +24,9 @@ from fednsl.methods.fednsl_kg.messages import (
     EVAL_SCHEMA,
     decode_rank_sums,
     encode_rank_sums,
+    head_signature,
 )
 from fednsl.methods.fednsl_kg.scoring import score_rules
-from fednsl.methods.fednsl_kg.strategy import head_signature
 from fednsl.pipeline import build_federation, train
 from fednsl.tasks.rule_learning import strip
 from kg.grounding.sparse import SparseGraph
