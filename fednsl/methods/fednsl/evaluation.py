@@ -184,11 +184,17 @@ def impossible_counts(msg: Message) -> str | None:
         return f"{', '.join(sorted(over)[:3])} exceed the {int(cells)} cells it evaluated"
     for k, a in msg.arrays.items():
         counts = np.asarray(a)
-        if k.startswith("docs_") and ((counts[:, 0] > counts[:, 1]) | (counts[:, 0] > counts[:, 2])).any():
-            return f"{k}: more true positives than predictions or gold facts"
-        body = msg.arrays.get(k.replace("_correct_", "_body_"))
-        if "_correct_" in k and body is not None and (counts > np.asarray(body)).any():
-            return f"{k}: a rule correct more often than its body fired"
+        if k.startswith("docs_"):
+            if counts.ndim != 2 or counts.shape[1] != 4:
+                return f"{k}: shape {counts.shape}, expected (documents, 4)"
+            if ((counts[:, 0] > counts[:, 1]) | (counts[:, 0] > counts[:, 2])).any():
+                return f"{k}: more true positives than predictions or gold facts"
+        body = msg.arrays.get(k.replace("_correct_", "_body_")) if "_correct_" in k else None
+        if body is not None:
+            if np.shape(body) != counts.shape:
+                return f"{k}: shape {counts.shape} unlike its body counts' {np.shape(body)}"
+            if (counts > np.asarray(body)).any():
+                return f"{k}: a rule correct more often than its body fired"
     return None
 
 
