@@ -272,7 +272,8 @@ def plot(names: list[str], out: Path) -> None:
         ax.set_ylabel("test MRR")
         ax.set_ylim(0, 1)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("Data-poor clients: alone, in FedNSL's loop, with the exchange (bars: mean, dots: seeds)", fontsize=10)
+    title = "Test MRR alone, in FedNSL's loop, with the exchange: the data-poor clients (every client with equal shares)"
+    fig.suptitle(title + "; bars: mean, dots: seeds", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
