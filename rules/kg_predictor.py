@@ -594,11 +594,7 @@ class RulePredictor:
                 J = len(self.bodies.get(q, []))
                 model.evidence = (hits[:J].numpy(), size[:J].numpy())
                 conf = (hits / size.clamp(min=1)).float()
-                given = self.init_confidence.get(q)
-                if given is not None:  # the first len(given) bodies (a client may add its own after the server's)
-                    n = min(len(given), J)
-                    known = torch.from_numpy(np.isfinite(given[:n]))
-                    conf[:n] = torch.where(known, torch.from_numpy(np.nan_to_num(given[:n])).float(), conf[:n])
+                conf[:J] = _given_or(self.init_confidence.get(q), conf[:J])
             if cfg.aggregator == "sum":
                 model.weights[:, 0] = cfg.init_scale * conf
             else:
@@ -658,11 +654,7 @@ class RulePredictor:
     def _start_from_given(self, q: int, model: _HeadModel) -> None:
         """Overwrite the start with the given weights (``init_weights``, ``init_type_weights``) where known."""
         J = len(self.bodies.get(q, []))
-        given = self.init_weights.get(q)
-        if given is not None:  # the first len(given) bodies, as for init_confidence
-            n = min(len(given), J)
-            start = torch.from_numpy(np.nan_to_num(given[:n])).float()
-            model.weights[:n, 0] = torch.where(torch.from_numpy(np.isfinite(given[:n])), start, model.weights[:n, 0])
+        model.weights[:J, 0] = _given_or(self.init_weights.get(q), model.weights[:J, 0])
         types = self.init_type_weights.get(q)
         if types is not None and model.type_weights is not None and types.shape == tuple(model.type_weights.shape):
             assert model.type_mask is not None
@@ -813,6 +805,18 @@ class RulePredictor:
         if graph is None:
             raise RuntimeError("rule_counts needs a graph: call fit()/set_graph() or pass graph_triples")
         return {q: rule_statistics(graph, q, bodies) for q, bodies in self.bodies.items() if bodies}
+
+
+def _given_or(given: np.ndarray | None, current: torch.Tensor) -> torch.Tensor:
+    """``current`` (J,) with its first len(``given``) entries replaced by ``given`` where finite (NaN: keep); a start
+    given for the server's bodies leaves a client's own bodies, appended after them, as they were."""
+    if given is None:
+        return current
+    n = min(len(given), current.shape[0])
+    head = torch.where(
+        torch.from_numpy(np.isfinite(given[:n])), torch.from_numpy(np.nan_to_num(given[:n])).float(), current[:n]
+    )
+    return torch.cat([head, current[n:]])
 
 
 def _np(x: np.ndarray | torch.Tensor | Sequence[Any]) -> np.ndarray:

@@ -533,9 +533,7 @@ def _run_config(run_dir: Path) -> Any:
     show_default=True,
     help="Show the K strongest bodies (fednsl-kg: every rule that fires, with up to K groundings each).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
-)
+@click.option("--format", "fmt", type=TEXT_OR_JSON, default="text", show_default=True, help="Output format.")
 def explain(
     run_dir: Path,
     values_path: Path | None,

@@ -144,7 +144,7 @@ class FedNSLStrategy(RuleLearningStrategy):
         pub_n = torch.zeros(T, dtype=torch.float64)
         iterations: list[float] = []
         for cid, msg in u.replies.items():
-            _, wgt, _ = self.client_posterior(p, cid, msg)
+            wgt = u.posteriors[cid][1]
             if "scorer_weights" in msg.arrays and "scorer_bias" in msg.arrays:
                 pub_w += torch.as_tensor(msg.arrays["scorer_weights"], dtype=torch.float64) * p.mask * wgt[:, None]
                 pub_b += torch.as_tensor(msg.arrays["scorer_bias"], dtype=torch.float64) * wgt

@@ -246,10 +246,8 @@ class FedNSLKGClient(Client):
         log = self.fit(p, msg.config_int("seed"), msg.arrays)
         t1 = time.perf_counter()
         assert self.predictor is not None
-        rels = np.asarray(p.relations, dtype=np.int64)
-        sent = {q: len(b) for q, b in query_rule_sets(rels, p.bodies.numpy(), p.mask.numpy(), self.R).items()}
+        sent = {q: int(p.mask[t].sum()) for t, r in enumerate(p.relations) for q in (r, r + self.R)}
         scores = {q: s[: sent.get(q, 0)] for q, s in self.predictor.rule_scores().items()}  # the server's bodies
-        evidence = self._evidence(p)
         with torch_threads(self.cfg.num_threads):
             counts = (
                 {
@@ -298,7 +296,7 @@ class FedNSLKGClient(Client):
             metrics["valid_mrr"] = float(log["valid"])
         arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
         if self.cfg.federated_confidence:
-            arrays["evidence"] = evidence
+            arrays["evidence"] = self._evidence(p)
         if self.cfg.federated_weights:
             arrays.update(self._weights(p, log))
         return msg.reply(self.cid, arrays=arrays, metrics=metrics)

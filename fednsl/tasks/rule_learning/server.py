@@ -64,13 +64,15 @@ Stats = tuple[dict[Head, dict[tuple[int, ...], float]], dict[Head, float]]
 
 @dataclass
 class Update:
-    """One learner's round after the posterior mean: its proposal, the replies, the aggregated posterior ``agg``
-    (T, J) and ``has`` (T,) the heads some client answered for."""
+    """One learner's round after the posterior mean: its proposal, the replies, each reply's posterior renormalised
+    over the bodies sent (T, J) with its instance weight per head (T,) (:meth:`RuleLearningStrategy.client_posterior`),
+    the aggregated posterior ``agg`` (T, J) and ``has`` (T,) the heads some client answered for."""
 
     learner: Learner
     rnd: int
     proposal: Proposal
     replies: Mapping[str, Message]
+    posteriors: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
     agg: torch.Tensor
     has: torch.Tensor
 
@@ -399,7 +401,8 @@ class RuleLearningStrategy(Strategy):
                 posts[cid] = (q, w)
             has = den > 0
             agg = torch.where(has[:, None], num / den.clamp_min(1e-300)[:, None], torch.zeros_like(num))
-            extra.update(self.after_update(Update(learner, rnd, p, group, agg, has)))
+            u = Update(learner, rnd, p, group, posts, agg, has)
+            extra.update(self.after_update(u))
             orphans += self._warn_orphans(learner, rnd, p, has)
             keys = p.keys()
             posteriors = {
@@ -420,7 +423,7 @@ class RuleLearningStrategy(Strategy):
             t1 = time.perf_counter()
             losses += self._train_generator(learner, rnd, self.cfg.gen.epochs, "generator")[-1:]
             gen_s += time.perf_counter() - t1
-            self._record(learner, rnd, p, agg, has, group, posts)
+            self._record(u)
             updated += int(has.sum())
         if stray:
             log.warning("round %d: %d posterior entries on bodies the server did not send were ignored", rnd, stray)
@@ -453,17 +456,9 @@ class RuleLearningStrategy(Strategy):
             )
         return int(orphans.sum())
 
-    def _record(
-        self,
-        learner: Learner,
-        rnd: int,
-        p: Proposal,
-        agg: torch.Tensor,
-        has: torch.Tensor,
-        replies: Mapping[str, Message],
-        posts: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-    ) -> None:
+    def _record(self, u: Update) -> None:
         """The round's bodies, prior, aggregated and per-client posteriors (and counts) into the rule store."""
+        learner, rnd, p, agg, has = u.learner, u.rnd, u.proposal, u.agg, u.has
         prior = p.prior("renormalised")
         for t, key in enumerate(p.keys()):
             m = p.mask[t]
@@ -480,8 +475,8 @@ class RuleLearningStrategy(Strategy):
             if bool(has[t]):
                 learner.store.record_global(key, agg[t][m].numpy())
             mn = m.numpy()
-            counts = {cid: self.rule_counts(rnd, msg, t, mn) for cid, msg in replies.items()}
-            for cid, (q, w) in posts.items():
+            counts = {cid: self.rule_counts(rnd, msg, t, mn) for cid, msg in u.replies.items()}
+            for cid, (q, w) in u.posteriors.items():
                 if w[t] > 0:
                     learner.store.record_client(key, cid, q[t][m].numpy(), n_instances=int(w[t]), counts=counts[cid])
             given = [c for c in counts.values() if c is not None]
