@@ -1,19 +1,24 @@
 """First-order chain rules over a relation vocabulary with inverses (spec §2, §4 Table 2).
 
 Vocabulary (shared with the rule generator and the grounding engine): ``R`` named relations give
-``2R+1`` body tokens::
+``2R+1`` body tokens:
 
-    c < R         relation c                      r(X,Y)
-    R <= c < 2R   inverse of relation c-R, "~r"   r(Y,X)
-    c == 2R       stay / padding                  X = Y   (identity; pads shorter bodies to length 3)
+```text
+c < R         relation c                      r(X,Y)
+R <= c < 2R   inverse of relation c-R, "~r"   r(Y,X)
+c == 2R       stay / padding                  X = Y   (identity; pads shorter bodies to length 3)
+```
 
 A chain rule ``head(X,Y) <- b1(X,Z1), b2(Z1,Z2), b3(Z2,Y)`` has a head relation id ``< R`` and a body of
 1-3 non-stay tokens. "~r" is the INVERSE of r, never negation (spec §8.16).
 
-Text form (``/work/shared/data/dwie/golden_rules.txt``)::
+Text form (that of the DWIE golden rules, ``dwie/golden_rules.txt`` in the shared data folder,
+``$FEDNSL_SHARED_DATA``):
 
-    # comment
-    head <- b1, ~b2        # trailing comment
+```text
+# comment
+head <- b1, ~b2        # trailing comment
+```
 
 Parse errors raise :class:`RuleSyntaxError` naming the source, the 1-based line number and the line.
 """
@@ -95,9 +100,10 @@ class UnknownRelationError(RuleSyntaxError):
 class RelationVocab:
     """``R`` relation names and the ``2R+1`` body tokens built on them (relations, inverses, stay).
 
-    >>> v = RelationVocab(("parent_of", "child_of"))
-    >>> v.num_tokens, v.stay, v.token_id("~child_of"), v.token_name(2)
-    (5, 4, 3, '~parent_of')
+    Examples:
+        >>> v = RelationVocab(("parent_of", "child_of"))
+        >>> v.num_tokens, v.stay, v.token_id("~child_of"), v.token_name(2)
+        (5, 4, 3, '~parent_of')
     """
 
     names: tuple[str, ...]

@@ -13,14 +13,16 @@ features ``x0 .. x{d-1}`` (0-based columns of the array the KM sees) or on names
   "if x_j > t then label ∈ S" causal/safety rules).
 
 Conditions are comparisons ``<, <=, >, >=, ==, !=`` between linear expressions (``0.4*x4 + 0.4*x5 - 0.75*x2 <= 3``),
-chained comparisons form boxes (``0.2 <= x3 < 0.9``) and ``true`` is a body that always holds. Text form::
+chained comparisons form boxes (``0.2 <= x3 < 0.9``) and ``true`` is a body that always holds. Text form:
 
-    # comment
-    features: elevation, aspect, slope          # optional: names usable in conditions
-    classes: spruce, lodgepole, ponderosa       # optional: names usable in heads
-    default 0
-    class lodgepole <- elevation < 2900, slope <= 12
-    range {spruce, lodgepole} <- elevation > 3100   # trailing comment
+```text
+# comment
+features: elevation, aspect, slope          # optional: names usable in conditions
+classes: spruce, lodgepole, ponderosa       # optional: names usable in heads
+default 0
+class lodgepole <- elevation < 2900, slope <= 12
+range {spruce, lodgepole} <- elevation > 3100   # trailing comment
+```
 
 Parse errors raise :class:`rules.fol.RuleSyntaxError` (the rule layer's error) naming the source, the 1-based
 line number and the line. Evaluation is vectorised: each condition is one matrix-vector product.

@@ -171,12 +171,14 @@ def calibrate_cluster(
 class FederatedSplitConformal:
     """In-process convenience around ``calibrate_cluster`` for one cluster.
 
-    Usage (lists run over the cluster's clients; arrays are residuals Y - Ŷ of shape (n, H))::
+    Usage (lists run over the cluster's clients; arrays are residuals Y - Ŷ of shape (n, H)):
 
-        fsc = FederatedSplitConformal(alpha=0.1)
-        fsc.calibrate(cal_residuals, nor_residuals)
-        lo, hi = fsc.interval(pred)
-        fsc.evaluate(y, pred).joint, fsc.width(unit_scale).original
+    ```python
+    fsc = FederatedSplitConformal(alpha=0.1)
+    fsc.calibrate(cal_residuals, nor_residuals)
+    lo, hi = fsc.interval(pred)
+    fsc.evaluate(y, pred).joint, fsc.width(unit_scale).original
+    ```
     """
 
     def __init__(

@@ -1,20 +1,22 @@
 """Signal Temporal Logic for fednsl: syntax, differentiable robustness, templates, mining,
 clustering by property alignment (FedSTL, AAAI'24; LogiCP, JAIR 2026).
 
-Quick start::
+Quick start:
 
-    import torch
-    from rules import stl
+```python
+import torch
+from rules import stl
 
-    f = stl.parse("always[0:5](x >= a)")
-    x = torch.randn(32, 24)                      # (batch, T)
-    rho = stl.robustness(f, {"x": x}, {"a": -1.0})   # (32, 19): start times 0 .. T-1-horizon
-    g = stl.violation(f, {"x": x}, {"a": -1.0})      # LogiCP Eq. 9, = relu(-rho)
+f = stl.parse("always[0:5](x >= a)")
+x = torch.randn(32, 24)                      # (batch, T)
+rho = stl.robustness(f, {"x": x}, {"a": -1.0})   # (32, 19): start times 0 .. T-1-horizon
+g = stl.violation(f, {"x": x}, {"a": -1.0})      # LogiCP Eq. 9, = relu(-rho)
 
-    tpl = stl.operational_range(count=12, width=2)   # FedSTL Table 1 row 1, 24 steps
-    y = torch.randn(100, 16, 24)                 # (clients, samples, T)
-    params = stl.mine(tpl, y)                    # {"a0": (100,), "b0": (100,), ...}
-    formulas = stl.instantiate_clients(tpl, params)
+tpl = stl.operational_range(count=12, width=2)   # FedSTL Table 1 row 1, 24 steps
+y = torch.randn(100, 16, 24)                 # (clients, samples, T)
+params = stl.mine(tpl, y)                    # {"a0": (100,), "b0": (100,), ...}
+formulas = stl.instantiate_clients(tpl, params)
+```
 
 See the README section "Signal Temporal Logic" for the semantics, conventions and benchmarks.
 """

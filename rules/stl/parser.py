@@ -1,19 +1,21 @@
 """Text syntax of STL formulas: tokenizer and recursive-descent parser.
 
-Syntax (the printer in :mod:`rules.stl.syntax` writes the canonical form, which rtamt reads too)::
+Syntax (the printer in :mod:`rules.stl.syntax` writes the canonical form, which rtamt reads too):
 
-    formula  := disj ['->' disj]                      # chained '->' must be parenthesized
-    disj     := conj {('or' | '|' | '||' | '∨') conj}
-    conj     := binary {('and' | '&' | '&&' | '∧') binary}
-    binary   := unary [('until' | 'U' | 'release' | 'R') window unary]
-    unary    := ('not' | '!' | '~' | '¬') unary
-              | ('always' | 'G' | '□') window unary
-              | ('eventually' | 'F' | '◇') window unary
-              | '(' formula ')' | predicate
-    window   := '[' INT (':' | ',') INT ']'             # closed integer window, lo <= hi
-    predicate:= term REL threshold | NUMBER REL term    # REL ∈ < <= > >= ≤ ≥
-    term     := NAME ['-' NAME] | '(' term ')'
-    threshold:= ['-'] NUMBER | NAME                     # a NAME here is a parameter
+```text
+formula  := disj ['->' disj]                      # chained '->' must be parenthesized
+disj     := conj {('or' | '|' | '||' | '∨') conj}
+conj     := binary {('and' | '&' | '&&' | '∧') binary}
+binary   := unary [('until' | 'U' | 'release' | 'R') window unary]
+unary    := ('not' | '!' | '~' | '¬') unary
+          | ('always' | 'G' | '□') window unary
+          | ('eventually' | 'F' | '◇') window unary
+          | '(' formula ')' | predicate
+window   := '[' INT (':' | ',') INT ']'             # closed integer window, lo <= hi
+predicate:= term REL threshold | NUMBER REL term    # REL ∈ < <= > >= ≤ ≥
+term     := NAME ['-' NAME] | '(' term ')'
+threshold:= ['-'] NUMBER | NAME                     # a NAME here is a parameter
+```
 
 Examples: ``always[0:5](x >= 3)``, ``eventually[2:4](x1 - x2 > 0.5)``,
 ``(x < a) until[1:2] (x < b)`` (``a``, ``b`` are parameters), ``G[0,3](x <= 2)``.

@@ -1,9 +1,11 @@
 """STL abstract syntax tree, printer and structural transformations.
 
-Grammar (FedSTL Def. 1, LogiCP Eq. 8), discrete time, closed integer windows ``[lo, hi]``::
+Grammar (FedSTL Def. 1, LogiCP Eq. 8), discrete time, closed integer windows ``[lo, hi]``:
 
-    φ ::= μ | ¬φ | φ ∧ φ | φ ∨ φ | φ → φ | □[lo,hi] φ | ◇[lo,hi] φ | φ U[lo,hi] φ | φ R[lo,hi] φ
-    μ ::= x ~ c | x1 - x2 ~ c          with ~ ∈ {<, <=, >, >=}
+```text
+φ ::= μ | ¬φ | φ ∧ φ | φ ∨ φ | φ → φ | □[lo,hi] φ | ◇[lo,hi] φ | φ U[lo,hi] φ | φ R[lo,hi] φ
+μ ::= x ~ c | x1 - x2 ~ c          with ~ ∈ {<, <=, >, >=}
+```
 
 ``c`` is a numeric constant or a *parameter name* bound at evaluation time.  ``R`` (release) is
 the dual of until; it only exists so that every formula has a negation normal form (NNF), which

@@ -5,17 +5,15 @@ must have at least ``template.length = horizon + 1`` steps; later steps are igno
 are closed integer windows laid out consecutively: conjunct ``k`` (``k = 0 .. count-1``) covers
 ``[start + k·width, start + k·width + width - 1]``.  Parameter names are ``a{k}`` / ``b{k}``.
 
-====  ==========================  ===============================================  ==============
- row  factory                     conjunct k                                        mining
-====  ==========================  ===============================================  ==============
- 1    ``operational_range``       □[W_k](x ≤ a_k ∧ x ≥ b_k)                         closed form
- 2    ``existence``               ◇[W_k](x ≤ a_k ∧ x ≥ b_k)                         closed form
- 3    ``until_template``          (x < a_k) U[i_k, i_k+1] (x < b_k), i_k = first+k  search
- 4    ``intra_task``              □[W_k](x1 − x2 > a_k)                             closed form
- 5    ``temporal_implication``    □[W_k]((x ≥ a_k) → ◇[t3,t4](x ≥ b_k))             search
- 6    ``nested_intra_task``       □[W_k]((x1 ≥ a_k) → ◇[t3,t4](x2 ≥ b_k))           search
- 7    ``multiple_eventualities``  ◇[W_k](x ≥ a_k)                                   closed form
-====  ==========================  ===============================================  ==============
+| row | factory | conjunct k | mining |
+|---|---|---|---|
+| 1 | ``operational_range`` | ``□[W_k](x ≤ a_k ∧ x ≥ b_k)`` | closed form |
+| 2 | ``existence`` | ``◇[W_k](x ≤ a_k ∧ x ≥ b_k)`` | closed form |
+| 3 | ``until_template`` | ``(x < a_k) U[i_k, i_k+1] (x < b_k)``, ``i_k = first+k`` | search |
+| 4 | ``intra_task`` | ``□[W_k](x1 − x2 > a_k)`` | closed form |
+| 5 | ``temporal_implication`` | ``□[W_k]((x ≥ a_k) → ◇[t3,t4](x ≥ b_k))`` | search |
+| 6 | ``nested_intra_task`` | ``□[W_k]((x1 ≥ a_k) → ◇[t3,t4](x2 ≥ b_k))`` | search |
+| 7 | ``multiple_eventualities`` | ``◇[W_k](x ≥ a_k)`` | closed form |
 
 Row 8 of Table 1 ("template-free mining") has no template and is not provided.  FedSTL's code
 uses row 1 with 12 two-hour windows over a 24-h horizon (``operational_range(12, 2)``, the
@@ -297,7 +295,7 @@ def _eventualities_closed(windows: list[tuple[int, int]], signal: str) -> Callab
 
 # --- factories (Table 1) -------------------------------------------------------------------------
 def operational_range(count: int = 12, width: int = 2, start: int = 0, signal: str = "x") -> Template:
-    """Row 1: ⋀_k □[W_k](x ≤ a_k ∧ x ≥ b_k). Tight: a_k = max, b_k = min over samples and W_k."""
+    """Row 1: ``⋀_k □[W_k](x ≤ a_k ∧ x ≥ b_k)``. Tight: a_k = max, b_k = min over samples and W_k."""
     ws = _windows(count, width, start)
     cs = tuple(
         Always(lo, hi, And((Predicate(signal, "<=", f"a{k}"), Predicate(signal, ">=", f"b{k}"))))
@@ -314,7 +312,7 @@ def operational_range(count: int = 12, width: int = 2, start: int = 0, signal: s
 
 
 def existence(count: int = 12, width: int = 2, start: int = 0, signal: str = "x") -> Template:
-    """Row 2: ⋀_k ◇[W_k](x ≤ a_k ∧ x ≥ b_k), the formula of Table 1 as written.  The pair is
+    """Row 2: ``⋀_k ◇[W_k](x ≤ a_k ∧ x ≥ b_k)``, the formula of Table 1 as written.  The pair is
     not unique; the closed form returns the narrowest [b_k, a_k] met by every sample inside W_k
     (then neither bound can be tightened)."""
     ws = _windows(count, width, start)
@@ -333,7 +331,7 @@ def existence(count: int = 12, width: int = 2, start: int = 0, signal: str = "x"
 
 
 def until_template(count: int = 6, first: int = 1, signal: str = "x") -> Template:
-    """Row 3: ⋀_k (x < a_k) U[i_k, i_k+1] (x < b_k), i_k = first + k (paper: i = 1..t)."""
+    """Row 3: ``⋀_k (x < a_k) U[i_k, i_k+1] (x < b_k)``, ``i_k = first + k`` (paper: i = 1..t)."""
     if count < 1 or first < 0:
         raise ValueError("need count >= 1 and first >= 0")
     cs = tuple(
@@ -344,7 +342,7 @@ def until_template(count: int = 6, first: int = 1, signal: str = "x") -> Templat
 
 
 def intra_task(count: int = 20, width: int = 2, start: int = 0, signals: tuple[str, str] = ("x1", "x2")) -> Template:
-    """Row 4: ⋀_k □[W_k](x1 − x2 > a_k). Tight: a_k = min of x1 − x2 over samples and W_k."""
+    """Row 4: ``⋀_k □[W_k](x1 − x2 > a_k)``. Tight: a_k = min of x1 − x2 over samples and W_k."""
     ws = _windows(count, width, start)
     s1, s2 = signals
     cs = tuple(Always(lo, hi, Predicate(s1, ">", f"a{k}", minus=s2)) for k, (lo, hi) in enumerate(ws))
@@ -356,7 +354,7 @@ def intra_task(count: int = 20, width: int = 2, start: int = 0, signals: tuple[s
 def temporal_implication(
     count: int = 1, width: int = 10, start: int = 0, reaction: tuple[int, int] = (1, 3), signal: str = "x"
 ) -> Template:
-    """Row 5: ⋀_k □[W_k]((x ≥ a_k) → ◇[t3,t4](x ≥ b_k)), (t3, t4) = ``reaction``
+    """Row 5: ``⋀_k □[W_k]((x ≥ a_k) → ◇[t3,t4](x ≥ b_k))``, (t3, t4) = ``reaction``
     (paper's a1, a2 = a_k, b_k)."""
     ws = _windows(count, width, start)
     t3, t4 = reaction
@@ -374,7 +372,7 @@ def nested_intra_task(
     reaction: tuple[int, int] = (1, 3),
     signals: tuple[str, str] = ("x1", "x2"),
 ) -> Template:
-    """Row 6: ⋀_k □[W_k]((x1 ≥ a_k) → ◇[t3,t4](x2 ≥ b_k))."""
+    """Row 6: ``⋀_k □[W_k]((x1 ≥ a_k) → ◇[t3,t4](x2 ≥ b_k))``."""
     ws = _windows(count, width, start)
     t3, t4 = reaction
     s1, s2 = signals
@@ -386,7 +384,7 @@ def nested_intra_task(
 
 
 def multiple_eventualities(count: int = 3, width: int = 8, start: int = 0, signal: str = "x") -> Template:
-    """Row 7: ⋀_k ◇[W_k](x ≥ a_k). Tight: a_k = min over samples of the max over W_k."""
+    """Row 7: ``⋀_k ◇[W_k](x ≥ a_k)``. Tight: a_k = min over samples of the max over W_k."""
     ws = _windows(count, width, start)
     cs = tuple(Eventually(lo, hi, Predicate(signal, ">=", f"a{k}")) for k, (lo, hi) in enumerate(ws))
     return Template(
