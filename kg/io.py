@@ -21,7 +21,7 @@ from typing import Any
 
 from kg.documents import Corpus, DataError
 
-__all__ = ["FORMATS", "detect_format", "load_corpus"]
+__all__ = ["FORMATS", "detect_format", "load_corpus", "missing_training_data"]
 
 FORMATS = ("auto", "dwie", "docred", "synthetic")
 
@@ -142,3 +142,35 @@ def load_corpus(path: str | Path, format: str = "auto", skip_bad: bool = False) 
     from kg.docred import read_docred
 
     return read_docred(path, skip_bad=skip_bad)
+
+
+def missing_training_data(corpus: Corpus, path: str | Path) -> DataError | None:
+    """What ``corpus`` (read from ``path``) lacks to be trained on, naming its file(s): no documents, no document
+    with an entity, or no relation fact; None when it has documents with entities and facts.
+
+    The error's :attr:`~kg.documents.DataError.file` is the one split file of a docred-style folder (or
+    ``folder (a.json, b.json)`` when several), else ``path``; callers add what their method does with the data."""
+    from kg.docred import docred_files
+
+    p = Path(path)
+    files = docred_files(p) if p.is_dir() and corpus.report.format in ("docred", "synthetic", "") else []
+    where = str(files[0]) if len(files) == 1 else f"{p} ({', '.join(f.name for f in files)})" if files else str(p)
+    docs = corpus.documents
+    if not docs:
+        skipped = corpus.report.skipped
+        if skipped:
+            why = f"no documents: all {len(skipped)} were skipped as bad input (data.skip_bad)"
+        elif files:
+            why = "no documents (an empty list)" if len(files) == 1 else "no documents (each file holds an empty list)"
+        else:
+            why = "no documents"
+        return DataError(why, file=where)
+    with_entities = [d for d in docs if d.num_entities > 0]
+    if not with_entities:
+        return DataError(f"none of the {len(docs)} documents has an entity (a concept with a mention)", file=where)
+    if not any(len(d.facts) for d in with_entities):
+        return DataError(
+            f"the {len(with_entities)} documents with entities hold no relation facts (labels between entities)",
+            file=where,
+        )
+    return None

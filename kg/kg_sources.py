@@ -12,9 +12,17 @@ from pathlib import Path
 
 from kg.kg_partition import read_federated_kg, union_kg
 from kg.kg_synthetic import planted_kg
-from kg.triples import _SUFFIXES, KnowledgeGraph, TriplesError, pykeen_dataset_dir, read_triples_folder
+from kg.triples import (
+    _SUFFIXES,
+    KnowledgeGraph,
+    TriplesError,
+    _read_text,
+    find_split_files,
+    pykeen_dataset_dir,
+    read_triples_folder,
+)
 
-__all__ = ["load_kg"]
+__all__ = ["empty_split", "load_kg", "split_file"]
 
 
 def load_kg(source: str | Path) -> KnowledgeGraph:
@@ -25,7 +33,14 @@ def load_kg(source: str | Path) -> KnowledgeGraph:
         from kg.documents_kg import corpus_to_kg
         from kg.io import load_corpus
 
-        corpus = load_corpus(text.removeprefix("documents:"))
+        where = text.removeprefix("documents:")
+        corpus = load_corpus(where)
+        if not corpus.documents:  # the KG of no documents has no triples: name the corpus's file, not the KG
+            from kg.io import missing_training_data
+
+            missing = missing_training_data(corpus, where)
+            assert missing is not None
+            raise TriplesError(f"{missing.reason}, so documents:{where} gives no triples", file=missing.file)
         return corpus_to_kg(corpus, seed=0).replace(name=f"{corpus.name or 'documents'}-kg")
     if text.startswith("pykeen:"):
         name = text.split(":", 1)[1]
@@ -51,3 +66,34 @@ def load_kg(source: str | Path) -> KnowledgeGraph:
     ):
         return union_kg(read_federated_kg(path), name=path.name)
     return read_triples_folder(path)
+
+
+def split_file(source: str | Path, split: str) -> str:
+    """The file ``split`` of ``source`` is read from, for messages: ``<folder>/<split>.txt`` (the suffix found) for
+    a triples folder, else ``<source> (<split> split)``."""
+    path = Path(str(source))
+    if path.is_dir() and str(source).partition(":")[0] not in _SCHEMES:
+        try:
+            return str(find_split_files(path)[split])
+        except TriplesError:  # a federated folder read as the union of its clients
+            pass
+    return f"{source} ({split} split)"
+
+
+def empty_split(kg: KnowledgeGraph, source: str | Path, split: str) -> TriplesError | None:
+    """None when ``split`` of ``kg`` (loaded from ``source``) holds triples; else the error that names the file
+    it came from (:func:`split_file`) and says why it holds none: the file is empty, or holds only blank lines.
+    Callers add what the split is needed for."""
+    if len(kg.split(split)):
+        return None
+    file = split_file(source, split)
+    what = f"no {_WORDS.get(split, split)} triples"
+    if not Path(file).is_file():
+        return TriplesError(what, file=file)
+    # readable (the KG was read from it), and without a triple: any text it has is blank lines
+    why = "the file holds only blank lines" if _read_text(Path(file)) else "the file is empty"
+    return TriplesError(f"{what} ({why})", file=file)
+
+
+_SCHEMES = ("pykeen", "synthetic", "documents")
+_WORDS = {"train": "training"}

@@ -49,8 +49,11 @@ class FedNSLData:
 
 
 def load_fednsl_corpus(data: FedNSLDataConfig, seed: int) -> Corpus:
-    """The corpus of ``data`` (synthetic from ``data.synthetic`` options, or any supported dataset path)."""
-    from kg.io import load_corpus
+    """The corpus of ``data`` (synthetic from ``data.synthetic`` options, or any supported dataset path).
+
+    A corpus with nothing to train on (no documents, none with entities, no relation facts) is refused with a
+    :class:`~kg.documents.DataError` naming its file (:func:`kg.io.missing_training_data`)."""
+    from kg.io import load_corpus, missing_training_data
 
     if data.path == "synthetic":
         from kg.synthetic import PlantedRuleConfig, generate
@@ -65,7 +68,13 @@ def load_fednsl_corpus(data: FedNSLDataConfig, seed: int) -> Corpus:
             f"data.path {data.path!r} resolves to {path}, which does not exist (data paths are "
             "relative to the repository root; set FEDNSL_SHARED_DATA to relocate ../shared/data)"
         )
-    return load_corpus(path, data.format, skip_bad=data.skip_bad)
+    corpus = load_corpus(path, data.format, skip_bad=data.skip_bad)
+    missing = missing_training_data(corpus, path)
+    if missing is not None:  # refused here, before the split, the backbone and the run folder
+        raise DataError(
+            f"{missing.reason}; fednsl trains on documents with entities and relation facts", file=missing.file
+        )
+    return corpus
 
 
 def _subset(corpus: Corpus, max_docs: int | None, seed: int) -> Corpus:

@@ -165,10 +165,19 @@ def load_fashion_mnist(path: str | Path | None = None) -> Dataset:
             f"FashionMNIST not found in {[str(c) for c in cands]}: pass data.path=DIR holding "
             "train-images-idx3-ubyte.gz & co, set FEDNSL_FASHION_MNIST, or `apt-get install dataset-fashion-mnist`"
         )
-    xs = read_idx(_find(directory, "train-images-idx3-ubyte"))
-    ys = read_idx(_find(directory, "train-labels-idx1-ubyte"))
-    xt = read_idx(_find(directory, "t10k-images-idx3-ubyte"))
-    yt = read_idx(_find(directory, "t10k-labels-idx1-ubyte"))
+    arrays = []
+    for stem, role in (
+        ("train-images-idx3-ubyte", "the training images"),
+        ("train-labels-idx1-ubyte", "the training labels"),
+        ("t10k-images-idx3-ubyte", "the test images"),
+        ("t10k-labels-idx1-ubyte", "the test labels"),
+    ):
+        file = _find(directory, stem)
+        arr = read_idx(file)
+        if not len(arr):
+            raise ValueError(f"{file}: no items (its idx header counts 0); kifl needs {role}")
+        arrays.append(arr)
+    xs, ys, xt, yt = arrays
     if len(xs) != len(ys) or len(xt) != len(yt):
         raise ValueError(f"{directory}: image and label counts differ")
     return Dataset(
@@ -199,7 +208,10 @@ def load_covtype(path: str | Path | None = None) -> Dataset:
     if ".data" in name or name.endswith(".csv") or name.endswith(".csv.gz"):
         import pandas as pd
 
-        table = pd.read_csv(path, header=None).to_numpy()
+        try:
+            table = pd.read_csv(path, header=None).to_numpy()
+        except pd.errors.EmptyDataError:
+            table = np.zeros((0, 55))
         if table.shape[1] != 55:
             raise ValueError(f"{path}: expected 55 columns (54 features + cover type), got {table.shape[1]}")
         x, y = table[:, :54].astype(np.float32), table[:, 54].astype(np.int64)
@@ -208,6 +220,8 @@ def load_covtype(path: str | Path | None = None) -> Dataset:
 
         xs, yv = load_svmlight_file(str(path), n_features=54)
         x, y = np.asarray(xs.todense(), dtype=np.float32), yv.astype(np.int64)
+    if not len(y):
+        raise ValueError(f"{path}: no samples (not one data line); kifl trains on its samples, one a line")
     if y.min() < 1 or y.max() > 7:
         raise ValueError(f"{path}: cover types must be 1..7, got {y.min()}..{y.max()}")
     return Dataset(

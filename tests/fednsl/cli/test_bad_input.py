@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from click.testing import CliRunner, Result
@@ -268,3 +269,257 @@ def test_a_full_disk_stops_the_run_with_one_line_and_it_resumes(tmp_path: Path) 
     assert json.loads((run / "summary.json").read_text())["final"]["evaluate"]["accuracy"] == pytest.approx(
         json.loads((full / "summary.json").read_text())["final"]["evaluate"]["accuracy"]
     )
+
+
+# -- 9: data with nothing to train on: one line naming the file and what it lacks, exit 2, no run folder -----------
+def _kg_folder(folder: Path, **files: str) -> Path:
+    """A small triples folder (the planted-rule KG), with the text of the splits named in ``files`` replaced."""
+    from kg.kg_synthetic import planted_kg
+    from kg.triples import write_triples
+
+    write_triples(planted_kg(seed=0, num_families=4)[0], folder)
+    for split, text in files.items():
+        (folder / f"{split}.txt").write_text(text)
+    return folder
+
+
+def _kg_args(source: object, key: str = "data.source") -> list[str]:
+    """`fednsl train` of the tiny fednsl-kg config on ``source``."""
+    from tests.fednsl.federation.tiny_configs import TINY
+
+    sets = [s for s in TINY["fednsl-kg"]["set"] if not s.startswith("data.")]
+    return [
+        "fednsl_kg_synthetic",
+        "--set",
+        f"{key}={source}",
+        "--set",
+        "rounds=1",
+        *(a for s in sets for a in ("--set", s)),
+    ]
+
+
+def _docred(folder: Path, docs: list[dict], relations: bool = False) -> Path:
+    folder.mkdir()
+    (folder / "train.json").write_text(json.dumps(docs))
+    if relations:
+        (folder / "meta").mkdir()
+        (folder / "meta" / "rel2id.json").write_text('{"Na": 0, "P1": 1}')
+    return folder
+
+
+def _doc(i: int) -> dict:
+    """A docred document with two entities and no relation label."""
+    ent = [
+        [{"name": n, "sent_id": 0, "pos": [k, k + 1], "type": t}]
+        for k, (n, t) in enumerate([("A", "PER"), ("B", "LOC")])
+    ]
+    return {"title": f"d{i}", "sents": [["A", "B"]], "vertexSet": ent, "labels": []}
+
+
+def _fhwa(path: Path, clients: int, train_windows: int) -> Path:
+    import numpy as np
+
+    arrays: dict[str, Any] = {}
+    for s in ("train", "val", "test"):
+        w = train_windows if s == "train" else 3
+        arrays[f"{s}_x"], arrays[f"{s}_y"] = np.zeros((clients, w, 24)), np.zeros((clients, w, 6))
+    np.savez(path, **arrays)
+    return path
+
+
+def _empty_file(path: Path) -> Path:
+    path.write_text("")
+    return path
+
+
+def _fashion_mnist(folder: Path) -> Path:
+    folder.mkdir()
+    for name, dims in [
+        ("train-images-idx3-ubyte", (0, 28, 28)),
+        ("train-labels-idx1-ubyte", (0,)),
+        ("t10k-images-idx3-ubyte", (0, 28, 28)),
+        ("t10k-labels-idx1-ubyte", (0,)),
+    ]:
+        (folder / name).write_bytes(bytes([0, 0, 8, len(dims)]) + b"".join(d.to_bytes(4, "big") for d in dims))
+    return folder
+
+
+KG_TRAIN = "fednsl-kg mines and fits its rules on the training triples"
+KG_TEST = "fednsl-kg evaluates its rules on the test triples (filtered link prediction)"
+DOCS = "fednsl trains on documents with entities and relation facts"
+FHWA = ["--set", "data.input_len=24", "--set", "data.horizon=6", "--set", "rounds=1"]
+
+
+def _kg_to_kg_of_no_documents(tmp: Path) -> tuple[list[str], str]:
+    corpus = _docred(tmp / "corpus", [])
+    assert invoke("data", "to-kg", corpus, "--out", tmp / "kg").exit_code == 0  # written, with empty files
+    return _kg_args(tmp / "kg"), f"{tmp}/kg/train.txt: no training triples (the file is empty); {KG_TRAIN}"
+
+
+def _kg_federated_without_train(tmp: Path) -> tuple[list[str], str]:
+    for k in range(2):
+        _kg_folder(tmp / "fed" / f"client{k}", train="")
+    files = f"{tmp}/fed/client0/train.txt, {tmp}/fed/client1/train.txt"
+    return _kg_args(
+        tmp / "fed", "data.federated_folder"
+    ), f"no client has training triples ({files}: empty or blank); {KG_TRAIN}"
+
+
+# case -> (method, what the command is and the one line it must print (without "Error: "))
+EMPTY_DATA: dict[str, tuple[str, Callable[[Path], tuple[list[str], str]]]] = {
+    "kg-empty-train": (
+        "fednsl-kg",
+        lambda t: (
+            _kg_args(_kg_folder(t / "kg", train="")),
+            f"{t}/kg/train.txt: no training triples (the file is empty); {KG_TRAIN}",
+        ),
+    ),
+    "kg-blank-train": (
+        "fednsl-kg",
+        lambda t: (
+            _kg_args(_kg_folder(t / "kg", train="\n   \n\n")),
+            f"{t}/kg/train.txt: no training triples (the file holds only blank lines); {KG_TRAIN}",
+        ),
+    ),
+    "kg-comment-train": (
+        "fednsl-kg",
+        lambda t: (
+            _kg_args(_kg_folder(t / "kg", train="# no triples\n\n# here\n")),
+            f"{t}/kg/train.txt: line 1: expected 3 tab-separated fields (head, relation, tail), found 1: '# no triples'",
+        ),
+    ),
+    "kg-empty-test": (
+        "fednsl-kg",
+        lambda t: (
+            _kg_args(_kg_folder(t / "kg", test="")),
+            f"{t}/kg/test.txt: no test triples (the file is empty); {KG_TEST}",
+        ),
+    ),
+    "kg-to-kg-of-no-documents": ("fednsl-kg", _kg_to_kg_of_no_documents),
+    "kg-documents-empty": (
+        "fednsl-kg",
+        lambda t: (
+            _kg_args(f"documents:{_docred(t / 'corpus', [])}"),
+            f"{t}/corpus/train.json: no documents (an empty list), so documents:{t}/corpus gives no triples",
+        ),
+    ),
+    "kg-federated-without-train": ("fednsl-kg", _kg_federated_without_train),
+    "fednsl-docred-empty": (
+        "fednsl",
+        lambda t: (
+            ["fednsl_synthetic", "--set", f"data.path={_docred(t / 'docred', [])}"],
+            f"{t}/docred/train.json: no documents (an empty list); {DOCS}",
+        ),
+    ),
+    "fednsl-docred-without-entities": (
+        "fednsl",
+        lambda t: (
+            [
+                "fednsl_synthetic",
+                "--set",
+                f"data.path={_docred(t / 'docred', [{**_doc(i), 'vertexSet': []} for i in range(3)])}",
+            ],
+            f"{t}/docred/train.json: none of the 3 documents has an entity (a concept with a mention); {DOCS}",
+        ),
+    ),
+    "fednsl-docred-without-facts": (
+        "fednsl",
+        lambda t: (
+            [
+                "fednsl_synthetic",
+                "--set",
+                f"data.path={_docred(t / 'docred', [_doc(i) for i in range(8)], relations=True)}",
+            ],
+            f"{t}/docred/train.json: the 8 documents with entities hold no relation facts (labels between entities); "
+            f"{DOCS}",
+        ),
+    ),
+    "fedstl-fhwa-no-clients": (
+        "fedstl",
+        lambda t: (
+            ["fedstl_fhwa", "--set", f"data.path={_fhwa(t / 'f.npz', 0, 3)}", *FHWA],
+            f"{t}/f.npz: no clients (the arrays have 0 rows)",
+        ),
+    ),
+    "logicp-fhwa-no-training-windows": (
+        "logicp",
+        lambda t: (
+            ["logicp_fhwa", "--set", f"data.path={_fhwa(t / 'f.npz', 2, 0)}", *FHWA],
+            f"{t}/f.npz: array 'train_x' has shape (2, 0, 24); expected at least one window and step",
+        ),
+    ),
+    "kifl-covtype-empty": (
+        "kifl",
+        lambda t: (
+            ["kifl_covtype", "--set", f"data.path={_empty_file(t / 'covtype.data')}"],
+            f"{t}/covtype.data: no samples (not one data line); kifl trains on its samples, one a line",
+        ),
+    ),
+    "kifl-fashion-mnist-empty": (
+        "kifl",
+        lambda t: (
+            ["kifl_fashion_mnist", "--set", f"data.path={_fashion_mnist(t / 'fm')}"],
+            f"{t}/fm/train-images-idx3-ubyte: no items (its idx header counts 0); kifl needs the training images",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_DATA)
+def test_data_with_nothing_to_train_on_is_refused_naming_the_file(in_tmp: Path, case: str) -> None:
+    args, line = EMPTY_DATA[case][1](in_tmp)
+    assert refused("train", *args, "-q") == f"Error: {line}"
+    assert not (in_tmp / "runs").exists()  # refused before the run folder, so before any training
+
+
+def test_every_shipped_config_that_reads_a_data_file_has_an_empty_data_case() -> None:
+    """A config whose data comes from a file (data.path, data.source, data.federated_folder, or a set read from a
+    file: FHWA, Covtype, FashionMNIST) names a method that the cases above cover."""
+    from fednsl.config import CONFIG_DIR, read_config_file
+
+    readers = set()
+    for path in CONFIG_DIR.glob("*.yaml"):
+        raw = read_config_file(path)
+        data = raw.get("data") or {}
+        if {"path", "source", "federated_folder"} & set(data) or data.get("name") in (
+            "fhwa",
+            "covtype",
+            "fashion_mnist",
+        ):
+            readers.add(raw["method"])
+    assert readers and readers <= {method for method, _ in EMPTY_DATA.values()}, readers
+
+
+def test_an_empty_valid_file_is_said_in_the_log_and_the_run_goes_on(in_tmp: Path) -> None:
+    kg = _kg_folder(in_tmp / "kg", valid="")
+    res = invoke("train", *_kg_args(kg), "--out", in_tmp / "run", "-q")
+    assert res.exit_code == 0, res.output
+    assert (
+        f"WARNING fednsl.methods.fednsl_kg: {kg}/valid.txt: no valid triples (the file is empty): the client trains "
+        "its full predictor epochs without early stopping on valid MRR, and reports no valid MRR"
+    ) in (in_tmp / "run" / "run.log").read_text()
+
+
+def test_a_client_without_test_triples_or_training_triples_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
+
+    _kg_folder(tmp_path / "fed" / "client0")
+    _kg_folder(tmp_path / "fed" / "client1", test="")
+    with caplog.at_level("WARNING", logger="fednsl.methods.fednsl_kg"):
+        parts, _, _ = load_parts(KGDataConfig(federated_folder=str(tmp_path / "fed")), 0, check=True)
+    assert len(parts) == 2 and [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path}/fed/client1/test.txt: no test triples (the file is empty): client c1 is not evaluated (the test "
+        "metrics are over the other clients' test triples)"
+    ]
+    caplog.clear()
+    (tmp_path / "few").mkdir()
+    for split in ("train", "valid", "test"):
+        (tmp_path / "few" / f"{split}.txt").write_text("a\tr\tb\n")
+    with caplog.at_level("WARNING", logger="fednsl.methods.fednsl_kg"):
+        load_parts(KGDataConfig(source=str(tmp_path / "few"), num_clients=3, partition="triple"), 0, check=True)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"data.num_clients=3: clients c1, c2 get no training triples of {tmp_path}/few/train.txt (1 triple of "
+        "1 relation, partition triple); use fewer clients or more data"
+    ]
