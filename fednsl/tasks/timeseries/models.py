@@ -16,7 +16,13 @@ FedSTL (An et al. 2024, §Logic-Enabled FL; spec §2.4) personalises by sharing 
   ``encoder_input_layer``, ``decoder_input_layer``, ``linear_mapping``; head = the encoder / decoder
   blocks.  Fixed sinusoidal positions (no parameters).  The code used d_model 120, FF 200,
   dropout 0.2; our defaults are smaller (d_model 32, FF 64, dropout 0) to fit 2 CPU cores — set them
-  in ``ModelConfig``.
+  in ``ModelConfig``.  ``linear_mapping`` reads the decoder output divided by √d_model: the last
+  (post-)LayerNorm emits features of unit variance, a vector of squared norm d_model at every step, so
+  without the factor the MSE's curvature in the ``linear_mapping`` weights is ≈ 2·d_model (64 at the
+  default width, against a few units for the recurrent heads' tanh states) and the configs' SGD
+  (lr 0.1, momentum 0.9) overshoots from the first step and diverges to NaN within a few epochs.  With
+  it that curvature is ≈ 2 whatever the width, and the transformer trains under the same SGD settings
+  as the recurrent models.  The factor changes the parameterisation, not the function class.
 
 Initialisation draws from an explicit ``torch.Generator`` (:func:`reset_parameters`, PyTorch's default
 distributions); the constructors' own default draws happen inside a forked RNG, so building a model
@@ -187,6 +193,7 @@ class TransformerForecaster(Forecaster):
             nn.TransformerDecoderLayer(d_model, nhead, ff, dropout, batch_first=True), dec_layers
         )
         self.linear_mapping = nn.Linear(d_model, 1)
+        self.readout_scale = 1.0 / math.sqrt(d_model)  # unit-norm input to linear_mapping (module docstring)
         self.register_buffer("positions", sinusoid_positions(input_len, d_model), persistent=False)
         mask = torch.triu(torch.full((horizon, horizon), float("-inf")), diagonal=1)
         self.register_buffer("tgt_mask", mask, persistent=False)
@@ -198,7 +205,7 @@ class TransformerForecaster(Forecaster):
         tgt = self.decoder_input_layer(x[:, L - H :, None]) + self.positions[L - H :]
         memory = self.encoder(src)
         out = self.decoder(tgt, memory, tgt_mask=self.tgt_mask)
-        return self.linear_mapping(out).squeeze(-1)
+        return self.linear_mapping(out * self.readout_scale).squeeze(-1)
 
 
 # --- construction / initialisation ---------------------------------------------------------------

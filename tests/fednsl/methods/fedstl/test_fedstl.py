@@ -193,6 +193,20 @@ def test_synthetic_default_end_to_end_via_pipeline(tmp_path):
     assert _final(again.rows) == last  # seeds reproduce runs exactly
 
 
+def test_transformer_run_has_finite_sensible_losses(tmp_path):
+    """The README's `fednsl train fedstl_synthetic --set method_kwargs.model.name=transformer`, reduced: the
+    config's SGD (lr 0.1, momentum 0.9) used to blow the transformer up (train loss ~1e19, then a NaN loss
+    matrix in CLUSTER_ID); every loss now stays finite and below the targets' range."""
+    over = ["rounds=2", "data.num_clients=4", "data.days=20", "method_kwargs.local_epochs=3",
+            "method_kwargs.num_clusters=2", "method_kwargs.model.name=transformer"]
+    res = train(load_config("fedstl_synthetic", over), tmp_path / "tf", progress=False)
+    server = [r for r in res.rows if r["scope"] == "server"]
+    losses = [r[k] for r in server if r["stage"] == "train" for k in ("train_loss", "cluster_loss")]
+    mses = [r[k] for r in server if r["stage"] == "evaluate" for k in ("mse", "s_mse")]
+    assert len(losses) == 4 and len(mses) == 4
+    assert all(np.isfinite(v) and 0 <= v < 0.5 for v in losses + mses), (losses, mses)  # targets lie in [0, 1]
+    assert _final(res.rows)["evaluate.replies"] == 4
+
 def test_resume_is_bit_exact(tmp_path):
     cfg3 = tiny_config("fedstl", rounds=3, num_clusters=2, rule="balanced", cluster_property="owner",
                       final_round_all=False)  # the last-round schedule depends on `rounds`
