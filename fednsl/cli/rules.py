@@ -117,13 +117,20 @@ def _rows_text(
             if groups is None:
                 lines.append(f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies, sorted by {source})")
             else:
+                order = (
+                    f"ranked by what each explains beyond those above, then by {source}"
+                    if groups[pos].explains is not None
+                    else f"sorted by {source}"
+                )
                 lines.append(
                     f"{r.triple_name}  (round {rec.round}, {rec.num_bodies} bodies as {groups[pos].of} rules, "
-                    f"sorted by {source}; head-using rules last)"
+                    f"{order}; head-using rules last)"
                 )
             head = f"  {'prob':>8} {'prior':>8}"
             head += f" {'global':>8} {'weight':>8}" if client else ""
             head += f" {'std_conf':>8} {'pca_conf':>8} {'head_cov':>8} {'support':>8}"
+            if groups is not None and groups[pos].explains is not None:
+                head += f" {'explains':>8} {'loo_conf':>8}"
             head += f" {'variants':>8}  rule" if groups is not None else "  rule"
             lines.append(head)
         m = r.measures or {}
@@ -135,6 +142,8 @@ def _rows_text(
         if groups is not None:
             g = groups[pos]
             marks = ("  [uses head]" if g.uses_head else "") + ("  [detour]" if g.detour else "")
+            if g.explains is not None:
+                line += f" {g.explains:>8.1%} {_num(g.loo_conf)}"
             line += f" {g.variants:>8}  {r.rule}{marks}"
         else:
             line += f"  {r.rule}"
@@ -145,7 +154,7 @@ def _rows_text(
 def _rows_tsv(rows: list[RuleRow], groups: dict[int, _Shown] | None = None) -> str:
     cols = ["triple", "rule", "probability", "prior", "posterior", "client", "client_posterior", "weight"]
     mcols = ["support", "body_size", "pca_body_size", "head_size", "std_confidence", "pca_confidence", "head_coverage"]
-    gcols = ["variants", "uses_head", "detour"] if groups is not None else []
+    gcols = ["variants", "uses_head", "detour", "explains", "loo_conf"] if groups is not None else []
     lines = ["\t".join(cols + mcols + gcols)]
     for pos, r in enumerate(rows):
         vals: list[Any] = [r.triple_name, r.rule, r.probability, r.prior, r.posterior, r.client]
@@ -153,7 +162,7 @@ def _rows_tsv(rows: list[RuleRow], groups: dict[int, _Shown] | None = None) -> s
         vals += [(r.measures or {}).get(k) for k in mcols]
         if groups is not None:
             g = groups[pos]
-            vals += [g.variants, int(g.uses_head), int(g.detour)]
+            vals += [g.variants, int(g.uses_head), int(g.detour), g.explains, g.loo_conf]
         cells = []
         for v in vals:
             if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -194,16 +203,35 @@ def _rows_tsv(rows: list[RuleRow], groups: dict[int, _Shown] | None = None) -> s
     help="fednsl-kg runs: a relation counts as symmetric (r = ~r), or two as inverse (r = ~s), when at least this "
     "share of their training facts has the reverse fact.",
 )
+@click.option(
+    "--sort",
+    type=click.Choice(["contribution", "posterior"]),
+    default="contribution",
+    show_default=True,
+    help="fednsl-kg runs: contribution = by what a rule explains beyond the rules above it on the training facts "
+    "(the 'explains' column); posterior = by probability.",
+)
 def list_rules(
-    run_dir: Path, head: str | None, client: str | None, top: int | None, fmt: str, show_all: bool, threshold: float
+    run_dir: Path,
+    head: str | None,
+    client: str | None,
+    top: int | None,
+    fmt: str,
+    show_all: bool,
+    threshold: float,
+    sort: str,
 ) -> None:
     """List the stored rules per triple, most probable first.
 
     On a fednsl-kg run, stored rules that are one rule on the run's training triples (a symmetric relation
     written r or ~r, an inverse pair written r or ~s) are listed once, as their most probable form, with a
-    `variants` column counting the stored rules merged into it. Rules that make a step there and back (x, ~x)
-    are marked [detour] and listed after the others of their triple, rules whose body uses the head relation
-    (or an equivalent) are marked [uses head] and listed last. --all lists every stored rule as stored.
+    `variants` column counting the stored rules merged into it, and ranked by what each explains beyond the
+    rules above it: the `explains` column is the share of the head's training facts it newly explains (leave-one-
+    out walks, noisy-OR over the rules above; shorter rules first among equals), `loo_conf` its leave-one-out
+    confidence. Rules that explain nothing new follow, by probability; rules that make a step there and back
+    (x, ~x) are marked [detour], rules whose body uses the head relation (or an equivalent) are marked
+    [uses head] and listed last. --sort posterior keeps the probability order; --all lists every stored rule
+    as stored.
     """
     from rules.fol import RuleSyntaxError
 
@@ -211,14 +239,16 @@ def list_rules(
     if client is not None and client not in store.clients:
         raise BadInput(f"--client: client {client!r} not in the store; clients: {', '.join(store.clients) or 'none'}")
     _check_head(store, head)
-    eq = None if show_all else _kg_equivalences(run_dir, store, threshold)
+    data = None if show_all else _kg_training(run_dir, store)
+    eq = None if data is None else _kg_equivalences(store, data, threshold)
     try:
         rows = store.rows(head=head, client=client, top=top if eq is None else None)
     except (RuleSyntaxError, ValueError) as err:
         raise BadInput(f"{_store_path(run_dir)}: {one_line(err)}") from err
     groups = None
     if eq is not None:
-        rows, groups = _grouped(store, rows, eq, top)
+        training = data if isinstance(data, _KGTraining) and sort == "contribution" else None
+        rows, groups = _grouped(store, rows, eq, top, training)
     if fmt == "json":
         items = [r.to_json() for r in rows]
         if groups is not None:
@@ -227,6 +257,7 @@ def list_rules(
                 item["variants"] = g.variants
                 item["variant_rules"] = g.variant_rules
                 item["uses_head"], item["detour"] = g.uses_head, g.detour
+                item["explains"], item["loo_conf"] = g.explains, g.loo_conf
         click.echo(json.dumps(items, indent=1))
     elif not rows and fmt == "text":
         what = f" of head {head}" if head is not None else ""
@@ -237,23 +268,31 @@ def list_rules(
         click.echo(_rows_text(store, rows, client, groups), nl=False)
 
 
-def _kg_equivalences(run_dir: Path, store: RuleStore, threshold: float) -> dict[int, int] | None:
-    """Token → representative measured on a fednsl-kg run's training triples (all clients; the KG rebuilt from
-    RUN_DIR/config.yaml as ``rules explain`` does); None for other runs. When the KG cannot be rebuilt, a note
-    on stderr and no equivalences (rules are still grouped by their exact body, and marked)."""
+@dataclass(frozen=True)
+class _KGTraining:
+    """A fednsl-kg run's training triples (all clients), rebuilt from RUN_DIR/config.yaml, as a graph."""
+
+    triples: Any  # (n, 3) int64
+    graph: Any  # kg.grounding.sparse.SparseGraph
+
+
+def _kg_training(run_dir: Path, store: RuleStore) -> _KGTraining | bool | None:
+    """The training data of a fednsl-kg run (the KG rebuilt from RUN_DIR/config.yaml as ``rules explain`` does);
+    None for other runs; False, with a note on stderr, when the KG cannot be rebuilt (rules are then still
+    grouped by their exact body, and marked)."""
     import numpy as np
 
-    from rules.identity import equivalences
+    from kg.grounding.sparse import SparseGraph
 
     config = _run_config(run_dir)
     method = getattr(config, "method", None) or store.meta.get("method")
     if method != "fednsl-kg":
         return None
-    num_r = len(store.relations)
-    identity = {t: t for t in range(2 * num_r + 1)}
     if config is None:
-        click.echo("note: no config.yaml beside the rules: relation equivalences not measured", err=True)
-        return identity
+        click.echo(
+            "note: no config.yaml beside the rules: relation equivalences and contributions not measured", err=True
+        )
+        return False
     try:
         from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
         from fednsl.registry import build_kwargs
@@ -262,30 +301,45 @@ def _kg_equivalences(run_dir: Path, store: RuleStore, threshold: float) -> dict[
         if not parts or tuple(parts[0].relations) != tuple(store.relations):
             raise ValueError("the KG rebuilt from config.yaml does not match the rule store's relations")
         triples = np.concatenate([p.train for p in parts])
+        graph = SparseGraph.from_triples(triples, parts[0].num_entities, len(store.relations))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        click.echo(f"note: relation equivalences not measured ({one_line(err)})", err=True)
-        return identity
-    return equivalences(triples, num_r, threshold)
+        click.echo(f"note: relation equivalences and contributions not measured ({one_line(err)})", err=True)
+        return False
+    return _KGTraining(triples, graph)
+
+
+def _kg_equivalences(store: RuleStore, data: _KGTraining | bool, threshold: float) -> dict[int, int]:
+    """Token → representative measured on the run's training triples (identity when they are unknown)."""
+    from rules.identity import equivalences
+
+    num_r = len(store.relations)
+    if not isinstance(data, _KGTraining):
+        return {t: t for t in range(2 * num_r + 1)}
+    return equivalences(data.triples, num_r, threshold)
 
 
 @dataclass(frozen=True)
 class _Shown:
     """A canonical rule as the list shows it: how many stored rules it stands for, their texts (the shown one
-    left out), and its marks."""
+    left out), its marks, and what it explains beyond the rules above it (None: not measured)."""
 
     variants: int
     variant_rules: list[str]
     uses_head: bool
     detour: bool
     of: int  # canonical rules of the triple (before --top)
+    explains: float | None = None  # share of the head's training facts it newly explains (rules.marginal)
+    loo_conf: float | None = None
 
 
 def _grouped(
-    store: RuleStore, rows: list[RuleRow], eq: dict[int, int], top: int | None
+    store: RuleStore, rows: list[RuleRow], eq: dict[int, int], top: int | None, data: _KGTraining | None = None
 ) -> tuple[list[RuleRow], dict[int, _Shown]]:
     """One row per canonical rule of each triple (:func:`rules.identity.group_rules` on the rows' probabilities),
+    ranked by marginal contribution on the training ``data`` (:func:`rules.marginal.contributions`) when given,
     at most ``top`` per triple, and row position → its group."""
     from rules.identity import group_rules
+    from rules.marginal import contributions
 
     num_r = len(store.relations)
     by_triple: dict[Any, list[RuleRow]] = {}
@@ -294,10 +348,27 @@ def _grouped(
     out: list[RuleRow] = []
     groups: dict[int, _Shown] = {}
     for triple, trows in by_triple.items():
-        found = group_rules(int(triple[0]) % num_r, [(r.tokens, r.probability) for r in trows], eq, num_r)
-        for g in found[: top if top is not None else None]:
+        head = int(triple[0]) % num_r
+        found = group_rules(head, [(r.tokens, r.probability) for r in trows], eq, num_r)
+        measured: dict[int, tuple[float, float]] = {}
+        if data is not None and found:
+            facts = data.triples[data.triples[:, 1] == head][:, [0, 2]]
+            tiers = [2 * g.uses_head + g.detour for g in found]  # plain rules, detours, then head-using ones
+            c = contributions(
+                data.graph,
+                head,
+                [tuple(t for t in g.body if t < 2 * num_r) for g in found],  # stay (padding) tokens dropped
+                facts,
+                tie=[g.score for g in found],
+                tiers=tiers,
+            )
+            n = max(c.facts, 1)
+            measured = {k: (float(c.gain[i]) / n, float(c.confidence[i])) for k, i in enumerate(c.order)}
+            found = [found[i] for i in c.order]
+        for k, g in enumerate(found[: top if top is not None else None]):
             texts = [trows[i].rule for i in g.members if i != g.index]
-            groups[len(out)] = _Shown(g.variants, texts, g.uses_head, g.detour, len(found))
+            explains, conf = measured.get(k, (None, None))
+            groups[len(out)] = _Shown(g.variants, texts, g.uses_head, g.detour, len(found), explains, conf)
             out.append(trows[g.index])
     return out, groups
 

@@ -127,12 +127,12 @@ def test_export_leaves_out_zero_support_rules(kg_run: Path) -> None:
 
 
 def test_list_groups_rules_that_are_one_rule_on_the_data(kg_run: Path) -> None:
-    code, grouped, _ = invoke("list", kg_run)
+    code, grouped, _ = invoke("list", kg_run, "--sort", "posterior")
     assert code == 0, grouped
     code, every, _ = invoke("list", kg_run, "--all")
     assert code == 0 and "variants" not in every and "[uses head]" not in every
     stored = json.loads(invoke("list", kg_run, "--all", "--format", "json")[1])
-    rows = json.loads(invoke("list", kg_run, "--format", "json")[1])
+    rows = json.loads(invoke("list", kg_run, "--format", "json", "--sort", "posterior")[1])
     # every stored rule is shown or is a variant of a shown one, once
     assert sum(r["variants"] for r in rows) == len(stored) and len(rows) < len(stored)
     assert all(len(r["variant_rules"]) == r["variants"] - 1 for r in rows)
@@ -163,10 +163,58 @@ def test_list_groups_rules_that_are_one_rule_on_the_data(kg_run: Path) -> None:
     assert lines[1].split()[-2:] == ["variants", "rule"]
     marked = [ln for ln in lines if ln.endswith("[uses head]")]
     assert marked and all("<-" in ln for ln in marked)
-    top = json.loads(invoke("list", kg_run, "--head", "grandparent_of", "--top", "2", "--format", "json")[1])
+    top = json.loads(
+        invoke("list", kg_run, "--head", "grandparent_of", "--top", "2", "--format", "json", "--sort", "posterior")[1]
+    )
     assert [r["rule"] for r in top] == [r["rule"] for r in rows if r["triple_name"].startswith("grandparent_of")][:2]
-    tsv = invoke("list", kg_run, "--format", "tsv")[1].splitlines()
-    assert tsv[0].split("\t")[-3:] == ["variants", "uses_head", "detour"] and len(tsv) == len(rows) + 1
+    tsv = invoke("list", kg_run, "--format", "tsv", "--sort", "posterior")[1].splitlines()
+    assert tsv[0].split("\t")[-5:] == ["variants", "uses_head", "detour", "explains", "loo_conf"]
+    assert len(tsv) == len(rows) + 1
     # a threshold above what the data shows: only exact duplicates merge, nothing else
     loose = json.loads(invoke("list", kg_run, "--format", "json", "--threshold", "1")[1])
     assert len(loose) >= len(rows)
+
+
+def test_list_ranks_rules_by_what_they_explain_beyond_the_rules_above(kg_run: Path) -> None:
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.marginal import contributions
+
+    code, text, _ = invoke("list", kg_run)
+    assert code == 0 and "ranked by what each explains beyond those above" in text
+    assert text.splitlines()[1].split()[-4:] == ["explains", "loo_conf", "variants", "rule"]
+    rows = json.loads(invoke("list", kg_run, "--format", "json")[1])
+    by_head: dict[str, list[dict]] = {}
+    for r in rows:
+        by_head.setdefault(r["rule"].split(" <- ")[0], []).append(r)
+    # the textbook rules of the family KG come first: child_of <- ~parent_of, grandparent_of <- parent_of, parent_of
+    # (or a form equal to it on the data: ~child_of for parent_of), sibling_of <- ~sibling_of / sibling_of
+    assert by_head["child_of"][0]["rule"] in ("child_of <- ~parent_of",)
+    first = by_head["grandparent_of"][0]
+    assert {first["rule"], *first["variant_rules"]} & {"grandparent_of <- parent_of, parent_of"}
+    # tiers: plain rules, then detours, then head-using rules; within the plain rules gains never increase much
+    for mine in by_head.values():
+        tiers = [2 * r["uses_head"] + r["detour"] for r in mine]
+        assert tiers == sorted(tiers)
+        plain = [r["explains"] for r in mine if not r["uses_head"] and not r["detour"]]
+        assert all(b <= a / (1 - 0.05) + 1e-12 for a, b in zip(plain, plain[1:]))
+    # the explains column is the module's noisy-OR gain on the run's training facts, recomputed here
+    kg = load_kg(str(kg_run.parent / "family"))
+    graph = SparseGraph.from_triples(kg.train, kg.num_entities, kg.num_relations)
+    head = list(kg.relations).index("child_of")
+    mine = by_head["child_of"]
+    names = {
+        **{r: i for i, r in enumerate(kg.relations)},
+        **{f"~{r}": i + kg.num_relations for i, r in enumerate(kg.relations)},
+    }
+    bodies = [tuple(names[a.strip()] for a in r["rule"].split(" <- ")[1].split(",")) for r in mine]
+    c = contributions(
+        graph,
+        head,
+        bodies,
+        kg.train[kg.train[:, 1] == head][:, [0, 2]],
+        tiers=[2 * r["uses_head"] + r["detour"] for r in mine],
+        tie=[r["probability"] for r in mine],
+    )
+    assert list(c.order) == list(range(len(mine)))
+    assert [round(r["explains"], 9) for r in mine] == [round(g / c.facts, 9) for g in c.gain]
