@@ -18,7 +18,9 @@ runs, through :func:`fednsl.pipeline.train`, the dataset's config with
 - ``local-only``: every client alone, with the same machinery on its own data (its own generator, pool, weights);
 - ``centralised``: one client holding the union of the parts (the upper bound; its test set is the union's);
 - ablations: ``confidence-only``, ``own-rules-only``, ``with-weights`` (also the clients' fitted weights averaged
-  as every client's start, ``federated_weights``), ``lambda-0`` (no KL toward the prior).
+  as every client's start, ``federated_weights``), ``lambda-0`` (no KL toward the prior), ``select-client`` /
+  ``select-head`` (each client scores with its own mined bodies alone where they rank its valid facts better,
+  ``select_on_valid``).
 
 Per client: test MRR mean ± 95 % t-interval over seeds, and the paired difference to local-only (mean and
 t-interval of the per-seed differences). Writes bench/results/federation_pays_<split>.json and .md.
@@ -62,6 +64,8 @@ SETTINGS: dict[str, list[str]] = {
     "own-rules-only": [OFF[0]],
     "with-weights": ["method_kwargs.federated_weights=true"],
     "lambda-0": ["method_kwargs.kl_weight=0"],
+    "select-client": ["method_kwargs.select_on_valid=client"],
+    "select-head": ["method_kwargs.select_on_valid=head"],
 }
 DEFAULT = ("federated", "local-only", "centralised")
 

@@ -123,9 +123,13 @@ class FedNSLKGClient(Client):
     def __init__(self, cid: str, part: KnowledgeGraph, cfg: FedNSLKGConfig, filter_index: FilterIndex):
         self.cid, self.part, self.cfg, self.filter_index = cid, part, cfg, filter_index
         self.R, self.E = part.num_relations, part.num_entities
-        self.predictor: RulePredictor | None = None
+        self.predictor: RulePredictor | None = None  # fitted on the server's proposal (the E-step reads it)
+        self.local: RulePredictor | None = None  # fitted on the client's own mined bodies alone (select_on_valid)
+        self.local_seed: int | None = None
+        self.use_local: set[int] = set()  # query relations (0..2R-1) scored by ``local``
         self._graph: SparseGraph | None = None
         self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
+        self._local_log: dict[str, Any] | None = None
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -230,12 +234,73 @@ class FedNSLKGClient(Client):
         valid = self.part.valid if len(self.part.valid) else None
         report = self._valid_mrr if (self.cfg.report_valid and valid is not None) else None
         with torch_threads(self.cfg.num_threads):
-            return dict(
+            fit_log = dict(
                 self.predictor.fit(
                     self.part.train, self.part.train, report, seed=seed, valid_triples=valid, num_relations=self.R
                 )
                 or {}
             )
+            if self.cfg.select_on_valid != "off" and valid is not None:
+                fit_log.update(self._select(fit_log, seed))
+        return fit_log
+
+    def _fit_local(self, seed: int) -> dict[str, Any]:
+        """Fit :attr:`local` on the round-1 mined bodies alone (local leave-one-out confidences), once: the local
+        data does not change over rounds; its seed is kept in the client state so a resumed run refits it alike."""
+        if self.local_seed is None:
+            self.local_seed = seed
+        rule_sets: dict[int, list[tuple[int, ...]]] = {}
+        for r in self.relations.tolist():
+            own = self.mined.get(int(r), [])
+            rule_sets[int(r)], rule_sets[int(r) + self.R] = list(own), [mirror(b, self.R) for b in own]
+        pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
+        self.local = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
+        return dict(
+            self.local.fit(
+                self.part.train,
+                self.part.train,
+                seed=self.local_seed,
+                valid_triples=self.part.valid,
+                num_relations=self.R,
+            )
+            or {}
+        )
+
+    def _select(self, fit_log: Mapping[str, Any], seed: int) -> dict[str, Any]:
+        """Choose between the federated and the local predictor on this client's valid facts (``select_on_valid``):
+        ``client`` compares the filtered valid MRR over all valid queries; ``head`` each query relation's best
+        early-stopping valid MRR. Ties keep the federated predictor."""
+        local_log = self._local_log if self.local is not None else None
+        if local_log is None:
+            local_log = self._local_log = self._fit_local(seed)
+        assert self.local is not None
+        if self.cfg.select_on_valid == "client":
+            fed, own = self._valid_mrr(self.predictor_checked), self._valid_mrr(self.local)
+            self.use_local = set(range(2 * self.R)) if own > fed else set()
+            return {"valid_mrr_federated": fed, "valid_mrr_local": own, "heads_local": len(self.use_local)}
+        fed_heads, own_heads = fit_log.get("heads", {}), local_log.get("heads", {})
+        self.use_local = {
+            q
+            for q, h in own_heads.items()
+            if h.get("valid_queries", 0) and h["best_valid_mrr"] > fed_heads.get(q, {}).get("best_valid_mrr", -1.0)
+        }
+        return {"heads_local": len(self.use_local)}
+
+    @property
+    def predictor_checked(self) -> RulePredictor:
+        if self.predictor is None:
+            raise RuntimeError(f"client {self.cid}: no fitted predictor (evaluate before any train stage)")
+        return self.predictor
+
+    def score(self, queries: torch.Tensor) -> torch.Tensor:
+        """(B, E) scores of queries (B, 2): the federated predictor's, or the local one's for the query relations
+        chosen on valid (:meth:`_select`)."""
+        out = self.predictor_checked.score(queries)
+        if self.use_local and self.local is not None:
+            rows = torch.from_numpy(np.isin(np.asarray(queries)[:, 1], sorted(self.use_local)))
+            if bool(rows.any()):
+                out[rows] = self.local.score(queries[rows])
+        return out
 
     @handles("train")
     def train(self, msg: Message) -> Message:
@@ -294,6 +359,9 @@ class FedNSLKGClient(Client):
         }
         if log.get("valid") is not None:
             metrics["valid_mrr"] = float(log["valid"])
+        for key in ("valid_mrr_federated", "valid_mrr_local", "heads_local"):
+            if key in log:
+                metrics[key] = float(log[key])
         arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
         if self.cfg.federated_confidence:
             arrays["evidence"] = self._evidence(p)
@@ -344,23 +412,28 @@ class FedNSLKGClient(Client):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The round-1 mined bodies (kept beside the server's proposals in later rounds)."""
-        return {"mined": json.dumps([[r, [list(b) for b in bs]] for r, bs in sorted(self.mined.items())])}
+        """The round-1 mined bodies (kept beside the server's proposals in later rounds) and the seed of the local
+        predictor (``select_on_valid``), so a resumed run refits it alike."""
+        state = {"mined": json.dumps([[r, [list(b) for b in bs]] for r, bs in sorted(self.mined.items())])}
+        if self.local_seed is not None:
+            state["local_seed"] = str(self.local_seed)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if "mined" in state:
             self.mined = {int(r): [tuple(b) for b in bs] for r, bs in json.loads(state["mined"])}
+        if "local_seed" in state:
+            self.local_seed = int(state["local_seed"])
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:
         """Filtered ranking of this client's test queries (head and tail) under its fitted predictor."""
-        if self.predictor is None:
-            raise RuntimeError(f"client {self.cid}: evaluate before any train stage (no fitted predictor)")
+        self.predictor_checked  # noqa: B018 (raises before any train stage)
         if not len(self.part.test):
             return RankingMetrics()
         with torch_threads(self.cfg.num_threads), torch.no_grad():
             return evaluate_link_prediction(
-                self.predictor.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
+                self.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
             )
 
     @handles("evaluate")

@@ -34,6 +34,7 @@ _CHOICES = {
     "pool_mode": ("momentum", "mixture"),
     "eval_filter": ("local", "global"),
     "counts": ("every", "last", "never"),
+    "select_on_valid": ("off", "client", "head"),
 }
 
 
@@ -76,6 +77,10 @@ class FedNSLKGConfig:
     # own training improves their valid MRR (the personal part, Ditto-style). Off: on Kinship by entity it does worse
     # than the pooled confidences alone (bench/results/federation_pays_kinship_entity_skew.md)
     federated_weights: bool = False
+    # joining cannot hurt on valid: each client also fits its own mined bodies alone (once, kept over rounds) and
+    # scores with whichever predictor ranks its valid facts better — over all its valid queries (``client``) or per
+    # head relation and direction (``head``); ``off``: always the federated predictor
+    select_on_valid: str = "off"
     eval_filter: str = "local"  # local: a client filters with its own train ∪ valid ∪ test; global: all parts
     eval_batch_size: int = 0  # queries per scoring call (0: kg.linkpred's memory-bounded default)
     top_k: int = 5  # planted-rule recall is measured among the top-k bodies of each head

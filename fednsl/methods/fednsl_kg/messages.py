@@ -103,7 +103,17 @@ def sum_signatures(
     return uniq // (num_types * num_types), np.stack([uniq // num_types % num_types, uniq % num_types], 1), sums
 
 
-TRAIN_METRICS = ("num_examples", "heads_fitted", "rules", "valid_mrr", "time_fit_s", "time_counts_s")
+TRAIN_METRICS = (
+    "num_examples",
+    "heads_fitted",
+    "rules",
+    "valid_mrr",
+    "valid_mrr_federated",
+    "valid_mrr_local",
+    "heads_local",
+    "time_fit_s",
+    "time_counts_s",
+)
 TRAIN_SCHEMA = Schema(
     arrays=(
         ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),

@@ -95,3 +95,35 @@ def test_averaged_weights_are_sent_as_every_clients_start() -> None:
                 assert nxt.arrays["start_known"][t, j, k] == (n[:, k].sum() > 0)
                 if n[:, k].sum() > 0:
                     assert np.isclose(nxt.arrays["start_weights"][t, j, k], (w[:, k] * n[:, k]).sum() / n[:, k].sum())
+
+
+def test_select_on_valid_scores_with_whichever_predictor_ranks_valid_better() -> None:
+    import torch
+
+    from kg.linkpred import evaluate_link_prediction
+
+    for mode in ("client", "head"):
+        fed, _, replies = _round_one([*ENTITY3, f"method_kwargs.select_on_valid={mode}"])
+        for cid, client in fed.clients.items():
+            assert client.local is not None and client.predictor is not None
+            assert replies[cid].metrics["heads_local"] == len(client.use_local)
+            valid = {
+                name: float(evaluate_link_prediction(f.score, client.part, "valid", None, client.filter_index)
+                            .compute()["mrr"])
+                for name, f in (("federated", client.predictor), ("local", client.local), ("chosen", client))
+            }
+            if mode == "client":  # the chosen scorer is the better of the two on valid (ties: federated)
+                assert valid["chosen"] == max(valid["federated"], valid["local"])
+                assert (valid["local"] > valid["federated"]) == bool(client.use_local)
+            queries = torch.tensor([[e, q] for q in range(2 * client.R) for e in range(3)])
+            chosen = client.score(queries)
+            for i, (_, q) in enumerate(queries.tolist()):
+                source = client.local if q in client.use_local else client.predictor
+                torch.testing.assert_close(chosen[i], source.score(queries[i : i + 1])[0])
+            # the local predictor is fitted on the client's own mined bodies only, once, with a seed kept in state
+            for r, bodies in client.mined.items():
+                assert client.local.bodies[r] == bodies
+            state = client.state_dict()
+            again = type(client)(cid, client.part, client.cfg, client.filter_index)
+            again.load_state_dict(state)
+            assert again.local_seed == client.local_seed is not None
