@@ -82,7 +82,10 @@ def cli(verbose: int) -> None:
     "(see `fednsl methods`). Same as --set engine=NAME.",
 )
 @click.option(
-    "-q", "--quiet", is_flag=True, help="No progress bars (there are none either when the output is not a terminal)."
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress: no bars on a terminal, no line per round when the output is not a terminal.",
 )
 def train(
     config: str,

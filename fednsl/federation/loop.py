@@ -31,7 +31,15 @@ from fednsl.config import RunConfig
 from fednsl.federation import protocol
 from fednsl.federation.records import InvalidMessageError, Message
 from fednsl.federation.roles import Client, Metrics, Strategy
-from fednsl.federation.tracking import Checkpoints, MetricsLog, progress_bar, round_postfix
+from fednsl.federation.tracking import (
+    BAR_DELAY_S,
+    Checkpoints,
+    MetricsLog,
+    progress_bar,
+    progress_lines,
+    progress_note,
+    round_postfix,
+)
 from fednsl.federation.transport import Delivery, Transport
 from kg.seeding import derive_rng, derive_seed
 
@@ -107,6 +115,19 @@ class Topology(ABC):
         pass
 
 
+def round_line(name: str, rnd: int, rounds: int, elapsed_s: float, postfix: str = "") -> str:
+    """The line a round prints where no bar can show: ``NAME round 3/10 · 12.3 s · <headline metric>``
+    (``elapsed_s``: since the loop started)."""
+    return f"{name} round {rnd}/{rounds} · {elapsed_s:.1f} s" + (f" · {postfix}" if postfix else "")
+
+
+def _closing_work(method: str) -> str:
+    """What runs after the last round: the method's outputs, a rule learner's confidence counts, the plots."""
+    from fednsl.registry import rule_documents_hook
+
+    return "writing rule counts and plots" if rule_documents_hook(method) is not None else "writing plots"
+
+
 class RoundLoop:
     """Runs ``config.rounds`` rounds of a federation over ``transport`` (module docstring)."""
 
@@ -149,14 +170,17 @@ class RoundLoop:
         try:
             start = self._resume() + 1
             rounds = self.cfg.rounds
+            name = f"{self.cfg.name or self.cfg.method}{self.label}"
             self._bar = bar = progress_bar(
                 range(start, rounds + 1),
-                desc=f"{self.cfg.name or self.cfg.method} rounds{self.label}",
+                desc=f"{name} rounds",
                 enabled=self.progress,
                 initial=start - 1,
                 total=rounds,
                 unit="round",
             )
+            lines = self.progress and progress_lines()  # no bar can show: one line per round on stdout
+            begun = time.perf_counter()
             for rnd in bar:
                 t0 = time.perf_counter()
                 self.topology.run_round(rnd, self.stages(rnd))
@@ -165,8 +189,12 @@ class RoundLoop:
                 self.ckpts.save(rnd, self._snapshot(rnd))
                 self._postfix = round_postfix(self.cfg.method, self.metrics.latest)
                 bar.set_postfix_str(self._postfix)
+                if lines:
+                    progress_note(round_line(name, rnd, rounds, time.perf_counter() - begun, self._postfix))
         finally:
             self.transport.close()
+        if lines or time.perf_counter() - begun >= BAR_DELAY_S:  # the bar showed: say what the pause after it is
+            progress_note(f"{name}: rounds done; {_closing_work(self.cfg.method)}…", enabled=self.progress)
         self.fed.strategy = self.topology.server()
         self.fed.strategy.finalize(self.run_dir)
         return RunResult(self.run_dir, self.cfg.rounds, self.metrics.rows(), self.fed)

@@ -9,6 +9,8 @@ Progress bars (:func:`progress_bar`) show on a terminal only: never when stdout 
 inside :func:`progress_disabled` (``fednsl train -q``), and each appears only once its step has run
 :data:`BAR_DELAY_S` seconds, so short steps print nothing. The round bar shows the method's headline metric
 (:func:`round_postfix`, declared by ``@register_method(headline=...)``: :func:`fednsl.registry.headline_of`).
+Where bars cannot show (piped or redirected output, CI) the round loop prints one plain line per round on stdout
+instead (:func:`progress_lines`, :func:`progress_note`), flushed at once; ``-q`` silences those too.
 """
 
 from __future__ import annotations
@@ -234,6 +236,29 @@ def progress_enabled() -> bool:
         return sys.stdout.isatty() and sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed streams
         return False
+
+
+def progress_lines() -> bool:
+    """Whether progress shows as plain lines on stdout instead of bars: not disabled (``-q``), and stdout or
+    stderr is not a terminal (``fednsl train ... | cat``, a CI log)."""
+    return not _DISABLED[0] and not progress_enabled()
+
+
+def progress_note(text: str, *, enabled: bool = True) -> None:
+    """One line of progress: on stdout, flushed, where bars cannot show (:func:`progress_lines`); above the bars on
+    stderr on a terminal; nowhere unless ``enabled`` or inside :func:`progress_disabled`."""
+    if not enabled or _DISABLED[0]:
+        return
+    try:
+        if progress_enabled():
+            from tqdm.auto import tqdm
+
+            tqdm.write(text, file=sys.stderr)
+        else:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+    except (AttributeError, ValueError, OSError):  # a closed or replaced stream, a reader that went away
+        pass
 
 
 def progress_bar(iterable: Iterable[Any] | None = None, *, enabled: bool = True, **kwargs: Any) -> Any:

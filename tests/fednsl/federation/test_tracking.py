@@ -21,6 +21,8 @@ from fednsl.federation.tracking import (
     progress_bar,
     progress_disabled,
     progress_enabled,
+    progress_lines,
+    progress_note,
     round_postfix,
     run_lock,
 )
@@ -55,6 +57,37 @@ def test_bars_only_on_a_terminal_and_never_with_quiet(monkeypatch) -> None:
     assert not progress_enabled()
     assert progress_bar(range(3), file=_Tty(True)).disable
 
+
+class _Written(_Tty):
+    def __init__(self, tty: bool) -> None:
+        super().__init__(tty)
+        self.text, self.flushes = "", 0
+
+    def write(self, s: str) -> int:
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_progress_lines_go_to_stdout_flushed_where_no_bar_can_show(monkeypatch) -> None:
+    """`fednsl train ... | cat`: each progress line reaches the pipe at once (a pipe is block-buffered)."""
+    out, err = _Written(False), _Written(True)
+    monkeypatch.setattr(tracking.sys, "stdout", out)
+    monkeypatch.setattr(tracking.sys, "stderr", err)
+    assert progress_lines()
+    progress_note("run round 1/2 · 0.1 s")
+    assert out.text == "run round 1/2 · 0.1 s\n" and out.flushes == 1 and err.text == ""
+    progress_note("not this", enabled=False)
+    with progress_disabled():  # -q
+        assert not progress_lines()
+        progress_note("nor this")
+    assert out.text.count("\n") == 1
+    monkeypatch.setattr(tracking.sys, "stdout", _Written(True))  # a terminal: bars, and notes above them
+    assert not progress_lines()
+    progress_note("done; writing plots…")
+    assert "done; writing plots…" in err.text
 
 def test_round_postfix_shows_the_headline_with_its_reference() -> None:
     latest = {"evaluate": {"seen_f1": 0.8661, "backbone_seen_f1": 0.7369, "unseen_f1": 0.81}, "round": {"x": 1.0}}
