@@ -20,7 +20,8 @@ runs, through :func:`fednsl.pipeline.train`, the dataset's config with
 - ablations: ``confidence-only``, ``own-rules-only``, ``with-weights`` (also the clients' fitted weights averaged
   as every client's start, ``federated_weights``), ``lambda-0`` (no KL toward the prior), ``select-client`` /
   ``select-head`` (each client scores with its own mined bodies alone where they rank its valid facts better,
-  ``select_on_valid``).
+  ``select_on_valid``), ``pool-only`` (the generator's share: only the pool's bodies are proposed, no generator
+  sample, ``max_bodies`` = ``pool_top``).
 
 Per client: test MRR mean ± 95 % t-interval over seeds, and the paired difference to local-only (mean and
 t-interval of the per-seed differences). Writes bench/results/federation_pays_<split>.json and .md.
@@ -66,17 +67,20 @@ SETTINGS: dict[str, list[str]] = {
     "lambda-0": ["method_kwargs.kl_weight=0"],
     "select-client": ["method_kwargs.select_on_valid=client"],
     "select-head": ["method_kwargs.select_on_valid=head"],
+    "pool-only": [],  # max_bodies = the config's pool_top: :func:`overrides`
 }
 DEFAULT = ("federated", "local-only", "centralised")
 
 
-def overrides(setting: str, folder: Path, seed: int, extra: list[str]) -> list[str]:
+def overrides(setting: str, folder: Path, seed: int, extra: list[str], config: str) -> list[str]:
     """The --set overrides of one run: the folder as clients (or as one KG for the centralised bound)."""
     data = (
         [f"data.source={folder}", "data.num_clients=1", "data.federated_folder=null"]
         if setting == "centralised"
         else [f"data.federated_folder={folder}"]
     )
+    if setting == "pool-only":  # no generator sample is proposed: the mined pool alone (and its posterior update)
+        data.append(f"method_kwargs.max_bodies={load_config(config).method_kwargs['pool_top']}")
     return [f"seed={seed}", *data, *SETTINGS[setting], *extra]
 
 
@@ -209,7 +213,7 @@ def main() -> None:
             folder = Path(tmp) / f"{args.split}-seed{seed}"
             splits.append(write_split(args.split, seed, folder))
             for setting in args.settings:
-                sets = overrides(setting, folder, seed, args.extra)
+                sets = overrides(setting, folder, seed, args.extra, config)
                 commands.append(
                     f"{setting}: fednsl train {config} " + " ".join(f"--set {shlex.quote(o)}" for o in sets)
                 )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.federation_pays import SETTINGS, SPLITS, markdown, overrides, paired, summarise
+from fednsl.config import load_config
 
 
 def _run(mrr: float, clients: dict[str, float]) -> dict:
@@ -23,14 +26,26 @@ def test_paired_differences_are_per_seed_and_the_data_poor_mean_averages_the_poo
     assert s["paired"]["federated"]["data-poor"]["mean"] == pytest.approx(0.175)  # mean of c1, c2 per seed
     assert "centralised" not in s["paired"] and s["settings"]["centralised"]["clients"] == {}
     assert paired([1.0], [0.5]) == {"mean": 0.5, "ci95": 0.0, "low": 0.5, "high": 0.5}
-    text = markdown("kinship_entity_skew", [0, 1], s, ["cmd"], [{"train": [1, 2, 3], "report": {"train": {"dropped": 4}}}] * 2, runs)
+    text = markdown(
+        "kinship_entity_skew", [0, 1], s, ["cmd"], [{"train": [1, 2, 3], "report": {"train": {"dropped": 4}}}] * 2, runs
+    )
     assert "| federated |" in text and "data-poor mean" in text
 
 
 def test_every_setting_runs_on_the_written_folder_or_its_union() -> None:
     from pathlib import Path
 
-    assert "data.federated_folder=/f" in overrides("federated", Path("/f"), 0, [])
-    assert overrides("centralised", Path("/f"), 1, [])[:3] == ["seed=1", "data.source=/f", "data.num_clients=1"]
+    assert "data.federated_folder=/f" in overrides("federated", Path("/f"), 0, [], "configs/fednsl_kg_kinship.yaml")
+    assert overrides("centralised", Path("/f"), 1, [], "configs/fednsl_kg_kinship.yaml")[:3] == [
+        "seed=1",
+        "data.source=/f",
+        "data.num_clients=1",
+    ]
     assert set(SETTINGS) >= {"federated", "local-only", "centralised", "federated-paper"}
     assert all(len(v) == 5 for v in SPLITS.values())
+
+
+def test_pool_only_proposes_no_generator_sample() -> None:
+    sets = overrides("pool-only", Path("/f"), 0, [], "configs/fednsl_kg_kinship.yaml")
+    pool_top = load_config("configs/fednsl_kg_kinship.yaml").method_kwargs["pool_top"]
+    assert f"method_kwargs.max_bodies={pool_top}" in sets
