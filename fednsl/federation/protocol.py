@@ -6,6 +6,7 @@ fires. ``step(state, event) -> (state, actions)`` does no I/O: the in-process ru
 decentralised runner and the Flower engine drive it, and the model checker explores it.
 
 Guarantees encoded here (checked exhaustively by :mod:`fednsl.verify`):
+
 - a reply is accepted only if it carries this exchange's round and stage tag, comes from a
   sampled client, and is that client's first reply (no mixing of rounds, no double counting);
 - aggregation happens once, only with at least ``min_replies`` accepted replies (quorum);
