@@ -13,7 +13,7 @@ Generation (all from one ``numpy`` generator seeded by ``seed``, so the same arg
    (uniform head, relation, tail, no self-loops, not already present) are added.
 4. The kept triples are shuffled and split ``split`` (default 80/10/10) into train, valid and test.
 
-Planted rules (:data:`PLANTED`; ``inv_r`` is the inverse of ``r``, id ``r + R``) hold with confidence 1 on the
+Planted rules (:data:`PLANTED`; ``~r`` is the inverse of ``r``, id ``r + R``) hold with confidence 1 on the
 clean graph. After step 3 a rule's confidence — the share of (X, Y) pairs joined by a body path that also
 have the head triple, over train ∪ valid ∪ test — is about ``1 - drop`` (the stated confidence), lowered a
 little by noise triples that open new body paths. :func:`rule_confidence` measures it.
@@ -42,19 +42,19 @@ RELATIONS = (
     "uncle_of",
 )
 
-# head <- body, by relation name; "inv_" marks an inverse body atom
+# head <- body, by relation name; "~" marks an inverse body atom (as in rules.fol and the rule exports)
 PLANTED: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("child_of", ("inv_parent_of",)),
-    ("spouse_of", ("inv_spouse_of",)),
-    ("sibling_of", ("inv_sibling_of",)),
-    ("grandchild_of", ("inv_grandparent_of",)),
+    ("child_of", ("~parent_of",)),
+    ("spouse_of", ("~spouse_of",)),
+    ("sibling_of", ("~sibling_of",)),
+    ("grandchild_of", ("~grandparent_of",)),
     ("grandparent_of", ("parent_of", "parent_of")),
     ("grandchild_of", ("child_of", "child_of")),
     ("parent_of", ("spouse_of", "parent_of")),
     ("uncle_of", ("sibling_of", "parent_of")),
     ("great_grandparent_of", ("parent_of", "parent_of", "parent_of")),
     ("great_grandparent_of", ("grandparent_of", "parent_of")),
-    ("uncle_of", ("sibling_of", "inv_child_of")),
+    ("uncle_of", ("sibling_of", "~child_of")),
 )
 
 
@@ -76,8 +76,10 @@ class PlantedRule:
 
 
 def _relation_id(name: str) -> int:
-    if name.startswith("inv_"):
-        return RELATIONS.index(name[4:]) + len(RELATIONS)
+    """Id of ``r`` (0..R-1) or of its inverse ``~r`` (R..2R-1); the older spelling ``inv_r`` is read too."""
+    for prefix in ("~", "inv_"):
+        if name.startswith(prefix):
+            return RELATIONS.index(name[len(prefix) :]) + len(RELATIONS)
     return RELATIONS.index(name)
 
 

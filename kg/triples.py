@@ -49,7 +49,9 @@ __all__ = [
     "UNTYPED",
     "KnowledgeGraph",
     "TriplesError",
+    "describe_folder",
     "find_split_files",
+    "find_types_file",
     "is_kg_source",
     "pykeen_dataset_dir",
     "read_entity_types",
@@ -65,6 +67,9 @@ PYKEEN_DATASETS = ("nations", "kinships", "umls")
 _SUFFIXES = (".txt", ".tsv", ".txt.gz", ".tsv.gz")
 TYPES_FILE = "entity_types"
 UNTYPED = "untyped"
+INVERSE_PREFIX = "~"  # the inverse of relation r reads ~r, as in rules.fol
+#: what a triples folder must hold, for error messages
+EXPECTED_FILES = "<split>.txt, .tsv, .txt.gz or .tsv.gz for each of train, valid (or dev), test"
 
 
 class TriplesError(DataError):
@@ -148,11 +153,11 @@ class KnowledgeGraph:
         return np.concatenate([triples, inverse], axis=0)
 
     def relation_name(self, rel: int) -> str:
-        """Name of relation id ``rel`` in ``0..2R-1``; inverses read ``inv_<name>``."""
+        """Name of relation id ``rel`` in ``0..2R-1``; inverses read ``~<name>`` (as rules and exports write them)."""
         if 0 <= rel < self.num_relations:
             return self.relations[rel]
         if self.num_relations <= rel < 2 * self.num_relations:
-            return "inv_" + self.relations[rel - self.num_relations]
+            return INVERSE_PREFIX + self.relations[rel - self.num_relations]
         raise ValueError(f"relation id {rel} outside 0..{2 * self.num_relations - 1}")
 
     def relation_counts(self, splits: Sequence[str] = SPLITS) -> np.ndarray:
@@ -261,6 +266,32 @@ def _find_one(folder: Path, stem: str, what: str) -> Path | None:
     return hits[0] if hits else None
 
 
+def describe_folder(folder: str | Path, limit: int = 8) -> str:
+    """What a folder holds, for an error message: ``found a, b, c`` (at most ``limit`` names, sorted) or ``the folder
+    is empty``, plus what a triples file must be when split files of another suffix (``train.csv``, ...) are there."""
+    folder = Path(folder)
+    try:
+        names = sorted(c.name + ("/" if c.is_dir() else "") for c in folder.iterdir())
+    except OSError:
+        return "the folder cannot be listed"
+    if not names:
+        return "the folder is empty"
+    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    text = f"found {shown}"
+    stems = (*SPLITS, "dev")
+    if any(n.split(".", 1)[0] in stems and "." in n and not n.endswith(_SUFFIXES) for n in names):  # train.csv, ...
+        text += (
+            " (triples files are read only as tab-separated head<TAB>relation<TAB>tail lines in .txt or .tsv, "
+            "optionally .gz)"
+        )
+    return text
+
+
+def find_types_file(folder: str | Path) -> Path | None:
+    """The folder's ``entity_types`` file (any triples suffix), or None."""
+    return _find_one(Path(folder), TYPES_FILE, TYPES_FILE)
+
+
 def find_split_files(folder: str | Path) -> dict[str, Path]:
     """``{"train": path, "valid": path, "test": path}`` for a triples folder; :class:`TriplesError` if not one."""
     folder = Path(folder)
@@ -277,8 +308,7 @@ def find_split_files(folder: str | Path) -> dict[str, Path]:
     missing = [s for s in SPLITS if s not in found]
     if missing:
         raise TriplesError(
-            f"{folder}: no {', '.join(missing)} file (expected <split>.txt, .tsv, .txt.gz or "
-            ".tsv.gz for each of train, valid, test)",
+            f"{folder}: no {', '.join(missing)} file (expected {EXPECTED_FILES}); {describe_folder(folder)}",
             file=str(folder),
         )
     return found
@@ -315,7 +345,7 @@ def read_entity_types(path: str | Path, entities: dict[str, int]) -> tuple[np.nd
 
 def read_folder_types(folder: str | Path, entities: dict[str, int]) -> tuple[np.ndarray | None, tuple[str, ...], int]:
     """:func:`read_entity_types` of the folder's ``entity_types`` file; (None, (), 0) when it has none."""
-    path = _find_one(Path(folder), TYPES_FILE, TYPES_FILE)
+    path = find_types_file(folder)
     return read_entity_types(path, entities) if path is not None else (None, (), 0)
 
 

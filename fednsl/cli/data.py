@@ -243,14 +243,17 @@ def info(
     """Print documents, entities, facts per relation and type pair, what was dropped, and the client split.
 
     Knowledge graphs (a folder of train/valid/test triples, FedLU's client<K>/ folders, pykeen:NAME, or
-    `synthetic[:SEED] --format kg`): entities, relations, triples per split, top relations, clients.
+    `synthetic[:SEED] --format kg`): entities, relations, triples per split and the files read, top relations,
+    clients.
     """
-    from fednsl.cli.kg_info import show_kg_info, wants_kg
+    from fednsl.cli.kg_info import detect_folder_format, show_kg_info, wants_kg
     from kg.documents import DataError
 
     if wants_kg(path, fmt):
         show_kg_info(path, top, as_json)
         return
+    if fmt == "auto" and Path(path).is_dir():
+        fmt = detect_folder_format(path)  # a folder that is neither: say what was looked for and what is there
     corpus = _load(path, fmt, skip_bad)
     try:
         data = _info_dict(corpus, clients, seed, groups, test_ratio, holdout)

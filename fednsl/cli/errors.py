@@ -40,7 +40,17 @@ class BadInput(click.ClickException):
 
 
 def one_line(exc: BaseException) -> str:
-    """A single-line description of ``exc`` that keeps the file name when the exception carries one."""
+    """A single-line description of ``exc`` that keeps the file name when the exception carries one, and names it
+    once (``[Errno 2] No such file or directory: 'x'`` reads ``x: no such file or folder``)."""
+    if (
+        isinstance(exc, OSError)
+        and type(exc).__str__ is OSError.__str__
+        and exc.filename
+        and exc.strerror
+        and not exc.filename2
+    ):
+        reason = exc.strerror[:1].lower() + exc.strerror[1:]
+        return f"{exc.filename}: {'no such file or folder' if reason == 'no such file or directory' else reason}"
     text = " ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split())
     name = getattr(exc, "filename", None)
     if name and str(name) not in text:
@@ -57,3 +67,20 @@ def one_line(exc: BaseException) -> str:
 
 def as_bad_input(exc: BaseException) -> BadInput:
     return BadInput(one_line(exc))
+
+
+def path_problem(exc: click.BadParameter) -> BadInput | None:
+    """A ``click.Path`` argument or option that names a missing (or unusable) path, as one line naming the path and
+    the parameter, exit status 2, instead of click's usage block; None for any other bad parameter."""
+    param = exc.param
+    if param is None or not isinstance(param.type, click.Path):
+        return None
+    import ast
+    import re
+
+    text = " ".join(exc.message.split()).rstrip(".")
+    missing = re.fullmatch(r"\w+ ('.*'|\".*\") does not exist", text)  # click: Path '/x' does not exist.
+    if missing:
+        text = f"{ast.literal_eval(missing.group(1))}: no such file or folder"
+    hint = param.get_error_hint(exc.ctx) if exc.ctx is not None else param.human_readable_name
+    return BadInput(f"{text} ({hint.replace(chr(39), '')})")

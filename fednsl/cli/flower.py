@@ -266,12 +266,14 @@ def supernode(
 
 
 def _load(config: str, overrides: tuple[str, ...]):
+    """The config, or one line naming the bad file or ``--set`` and exit status 2 (as ``fednsl train``)."""
+    from fednsl.cli.errors import as_bad_input
     from fednsl.config import load_config
 
     try:
         return load_config(config, list(overrides))
     except (ValueError, KeyError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise as_bad_input(exc) from exc
 
 
 @command.command("run")

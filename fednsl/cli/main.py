@@ -18,19 +18,25 @@ from typing import Any
 import click
 
 import fednsl
-from fednsl.cli.errors import DATA_ERRORS, as_bad_input
+from fednsl.cli.errors import DATA_ERRORS, as_bad_input, path_problem
 
 BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, KeyError, FileNotFoundError, FileExistsError, *DATA_ERRORS)
 
 
 class _Group(click.Group):
-    """Maps errors of damaged input files raised anywhere below to one line and exit status 2."""
+    """Maps errors of damaged input files raised anywhere below, and a path argument or option naming a missing
+    file, to one line and exit status 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DATA_ERRORS as exc:
             raise as_bad_input(exc) from exc
+        except click.BadParameter as exc:
+            problem = path_problem(exc)
+            if problem is None:
+                raise
+            raise problem from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -137,13 +143,87 @@ def train(
     click.echo(result_line(run_dir, summary, cfg.to_dict()))
 
 
+# a period after these words (and inside brackets) ends no sentence: "et al. 2022", "Sec. 4.1", "(App. A.5 data)"
+_ABBREVIATIONS = frozenset({"al", "e.g", "i.e", "cf", "vs", "etc", "sec", "fig", "figs", "app", "eq", "tab", "no"})
+
+
+def _sentence_end(text: str) -> int | None:
+    """Index just past the first sentence of ``text`` (a ``.``, ``!`` or ``?`` outside brackets, followed by the
+    end or by a space and a capital), or None when ``text`` holds no full stop."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+        elif ch in ".!?" and depth == 0:
+            rest = text[i + 1 :]
+            if rest and not (rest[0] == " " and rest.lstrip()[:1].isupper()):
+                continue
+            word = text[:i].rsplit(" ", 1)[-1].lstrip("(").lower()
+            if ch == "." and word in _ABBREVIATIONS:
+                continue
+            return i + 1
+    return None
+
+
+def config_summary(comment: list[str]) -> str:
+    """The first full sentence of a config's header comment (its lines without ``#``).
+
+    A first line without a full stop is the whole summary (a headline) unless the next line goes on in lower
+    case: then the sentence runs over the lines and ends at its full stop."""
+    if not comment:
+        return ""
+    text = comment[0]
+    if _sentence_end(text) is None and len(comment) > 1 and comment[1][:1].islower():
+        text = " ".join(comment)
+    end = _sentence_end(text)
+    return text[:end] if end is not None else text
+
+
+def _header_comment(path: Path) -> list[str]:
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not text:
+            break
+        lines.append(text)
+    return lines
+
+
+def configs_listing(width: int | None = None) -> list[str]:
+    """``NAME  summary`` per shipped config; with ``width``, each summary wrapped to it under its column."""
+    import textwrap
+
+    from fednsl.config import CONFIG_DIR, shipped_configs
+
+    out = []
+    for name, _ in shipped_configs():
+        head = f"{name:32s} "
+        desc = config_summary(_header_comment(CONFIG_DIR / f"{name}.yaml"))
+        if width is None:
+            out.append(head + desc)
+        else:
+            out += textwrap.wrap(
+                desc,
+                width=max(width, len(head) + 30),
+                initial_indent=head,
+                subsequent_indent=" " * len(head),
+                break_on_hyphens=False,
+            ) or [head.rstrip()]
+    return out
+
+
 @cli.command()
 def configs() -> None:
-    """List the shipped experiment configs (run one with `fednsl train NAME`)."""
-    from fednsl.config import shipped_configs
+    """List the shipped experiment configs (run one with `fednsl train NAME`) with the first sentence of each."""
+    import shutil
 
-    for name, desc in shipped_configs():
-        click.echo(f"{name:32s} {desc}")
+    width = shutil.get_terminal_size().columns - 1 if sys.stdout.isatty() else None
+    for line in configs_listing(width):
+        click.echo(line)
 
 
 @cli.command()

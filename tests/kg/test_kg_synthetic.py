@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kg.kg_sources import load_kg
-from kg.kg_synthetic import RELATIONS, planted_kg, rule_confidence
+from kg.kg_synthetic import RELATIONS, _relation_id, planted_kg, rule_confidence
 
 
 def test_same_seed_same_kg_other_seed_other_kg() -> None:
@@ -83,6 +83,10 @@ def test_rule_confidence_matches_path_enumeration() -> None:
 def test_rule_text_and_bad_arguments() -> None:
     _, rules = planted_kg()
     assert str(rules[4]) == "grandparent_of(X,Y) <- parent_of(X,Z1), parent_of(Z1,Y)"
+    # inverse atoms read ~r, as in rules and exports (issue 35); the older spelling inv_r still parses
+    assert str(rules[0]) == "child_of(X,Y) <- ~parent_of(X,Y)"
+    assert not any("inv_" in str(r) for r in rules)
+    assert _relation_id("inv_parent_of") == _relation_id("~parent_of") == rules[0].body[0]
     with pytest.raises(ValueError, match="drop"):
         planted_kg(drop=1.0)
     with pytest.raises(ValueError, match="split"):

@@ -15,6 +15,8 @@ from kg.kg_sources import load_kg
 from kg.triples import (
     KnowledgeGraph,
     TriplesError,
+    describe_folder,
+    find_split_files,
     is_kg_source,
     top_relations,
     write_triples,
@@ -138,10 +140,23 @@ def test_missing_or_ambiguous_split_files(tmp_path: Path) -> None:
         load_kg("synthetic:x")
 
 
+def test_a_folder_without_triples_files_says_what_it_looked_for_and_found(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "csv", {"train.csv": "a,r,b\n", "valid.csv": "a,r,b\n", "test.csv": "a,r,b\n"})
+    with pytest.raises(TriplesError) as err:
+        find_split_files(folder)
+    text = str(err.value)
+    assert "expected <split>.txt, .tsv, .txt.gz or .tsv.gz for each of train, valid (or dev), test" in text
+    assert "found test.csv, train.csv, valid.csv (triples files are read only as tab-separated" in text
+    assert describe_folder(_write(tmp_path / "empty", {})) == "the folder is empty"
+    notes: dict[str, str | bytes] = {f"f{i}.md": "" for i in range(10)}
+    many = describe_folder(_write(tmp_path / "many", notes), limit=3)
+    assert many == "found f0.md, f1.md, f2.md and 7 more"
+
+
 def test_with_inverses_and_relation_names() -> None:
     kg = KnowledgeGraph("t", ("a", "b", "c"), ("r", "s"), np.array([[0, 1, 2]]), np.zeros((0, 3)), np.zeros((0, 3)))
     np.testing.assert_array_equal(kg.with_inverses(kg.train), [[0, 1, 2], [2, 3, 0]])
-    assert [kg.relation_name(i) for i in range(4)] == ["r", "s", "inv_r", "inv_s"]
+    assert [kg.relation_name(i) for i in range(4)] == ["r", "s", "~r", "~s"]
     with pytest.raises(ValueError, match="outside"):
         KnowledgeGraph("t", ("a",), ("r",), np.array([[0, 0, 1]]), np.zeros((0, 3)), np.zeros((0, 3)))
 
