@@ -64,9 +64,10 @@ def load_fednsl_corpus(data: FedNSLDataConfig, seed: int) -> Corpus:
         raise ValueError("data.synthetic options apply only with data.path: synthetic")
     path = resolve_data_path(data.path)
     if not isinstance(path, str) and not path.exists():
+        where = f"data.path {data.path!r}" + ("" if str(path) == data.path else f" resolves to {path}, which")
         raise FileNotFoundError(
-            f"data.path {data.path!r} resolves to {path}, which does not exist (data paths are "
-            "relative to the repository root; set FEDNSL_SHARED_DATA to relocate ../shared/data)"
+            f"{where} does not exist (data paths are relative to the repository root; set FEDNSL_SHARED_DATA to "
+            "relocate ../shared/data)"
         )
     corpus = load_corpus(path, data.format, skip_bad=data.skip_bad)
     missing = missing_training_data(corpus, path)

@@ -164,6 +164,11 @@ class TSDataConfig:
             raise ValueError(f"data.num_clients must be >= 1, got {self.num_clients}")
         if self.impute not in IMPUTE:
             raise ValueError(f"data.impute must be one of {list(IMPUTE)}, got {self.impute!r}")
+        if self.path is not None and self.name != "fhwa":
+            raise ValueError(
+                f"data.path applies only with data.name: fhwa (an FHWA .npz); data.name is {self.name!r}, which "
+                "reads no file: set data.name=fhwa to train on your series"
+            )
 
 
 # --- windowing / splits / normalisation -----------------------------------------------------------

@@ -523,3 +523,10 @@ def test_a_client_without_test_triples_or_training_triples_is_warned_of(
         f"data.num_clients=3: clients c1, c2 get no training triples of {tmp_path}/few/train.txt (1 triple of "
         "1 relation, partition triple); use fewer clients or more data"
     ]
+
+
+def test_a_data_path_that_the_time_series_set_does_not_read_is_refused(tmp_path: Path) -> None:
+    # data.name: synthetic reads no file; a data.path beside it used to be ignored without a word
+    res = CliRunner().invoke(cli, ["train", "ts_fedavg", "--set", "data.path=/nope", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    assert "data.path applies only with data.name: fhwa" in res.output and not (tmp_path / "r").exists()
