@@ -141,6 +141,33 @@ def train(
     written += [str(p) for p in summary.get("plots", [])]
     click.echo(f"wrote {run_dir}/: " + ", ".join(written))
     click.echo(result_line(run_dir, summary, cfg.to_dict()))
+    lost = rounds_without_quorum(run_dir / "metrics.jsonl")
+    if lost and len(lost) >= cfg.rounds:
+        raise click.ClickException(
+            f"every round lost its quorum ({', '.join(f'round {r}: {s}' for r, s in sorted(lost.items()))}): no "
+            f"client's reply was accepted there, so the result above is not a trained one; {run_dir}/run.log "
+            "names each client and why its reply was refused"
+        )
+    if lost:
+        click.echo(
+            f"note: {len(lost)} of {cfg.rounds} rounds lost their quorum and skipped a stage "
+            f"({', '.join(f'round {r}: {s}' for r, s in sorted(lost.items()))}); {run_dir}/run.log says why",
+            err=True,
+        )
+
+
+def rounds_without_quorum(metrics: Path) -> dict[int, str]:
+    """Round → the stages whose exchange lost its quorum (the server's ``<stage>.aborted`` rows)."""
+    lost: dict[int, list[str]] = {}
+    if not metrics.is_file():
+        return {}
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if row.get("scope") == "server":
+            for key, value in row.items():
+                if key.endswith(".aborted") and value:
+                    lost.setdefault(int(row["round"]), []).append(key.removesuffix(".aborted"))
+    return {r: ", ".join(stages) for r, stages in lost.items()}
 
 
 # a period after these words (and inside brackets) ends no sentence: "et al. 2022", "Sec. 4.1", "(App. A.5 data)"

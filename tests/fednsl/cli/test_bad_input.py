@@ -530,3 +530,20 @@ def test_a_data_path_that_the_time_series_set_does_not_read_is_refused(tmp_path:
     res = CliRunner().invoke(cli, ["train", "ts_fedavg", "--set", "data.path=/nope", "--out", str(tmp_path / "r")])
     assert res.exit_code == 2
     assert "data.path applies only with data.name: fhwa" in res.output and not (tmp_path / "r").exists()
+
+
+def test_a_run_where_every_round_lost_its_quorum_does_not_end_as_a_result(tmp_path: Path) -> None:
+    from fednsl.cli.main import rounds_without_quorum
+
+    run = tmp_path / "r"
+    res = CliRunner().invoke(cli, [
+        "train", "fednsl_kg_synthetic", "--set", "data.num_clients=2", "--set", "rounds=2",
+        "--set", "federation.faults.kind=huge_ids", "--set", "federation.faults.clients=[c0, c1]", "--out", str(run),
+    ])
+    assert res.exit_code == 1, res.output
+    assert "every round lost its quorum (round 1: train.stats, round 2: train.stats)" in res.output
+    assert rounds_without_quorum(run / "metrics.jsonl") == {1: "train.stats", 2: "train.stats"}
+    rows = tmp_path / "m.jsonl"
+    rows.write_text('{"round": 1, "scope": "server", "train.aborted": 0}\n{"round": 2, "scope": "server", '
+                    '"train.aborted": 1, "evaluate.aborted": 1}\n{"round": 2, "scope": "client:c0", "x.aborted": 1}\n')
+    assert rounds_without_quorum(rows) == {2: "train, evaluate"}
