@@ -30,9 +30,11 @@ MRR (expectation over ties) when ``valid_triples`` is given.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -92,6 +94,9 @@ class PredictorConfig:
     # evaluate the starting weights on valid too, so a head keeps them when training does not improve its valid MRR
     # (a client with a few facts keeps the weights it started from, e.g. ones pooled over federated clients)
     eval_init: bool = False
+    # fit the heads in this many worker processes (each one thread; the result equals the one-process fit); 1: in
+    # this process. Sparse grounding runs on one core, so on FB15k-237 a second worker uses the second core
+    workers: int = 1
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -200,6 +205,8 @@ class RulePredictor:
         self.features = tuple(self.config.feature.split("+"))
         if not self.features or any(f not in _FEATURES for f in self.features):
             raise ValueError(f"feature must be one or more of {_FEATURES} joined by '+', got {self.config.feature!r}")
+        if not 1 <= self.config.workers <= 64:
+            raise ValueError(f"workers must be 1..64, got {self.config.workers!r}")
         if not 0.0 <= self.config.smoothing <= 1.0:
             raise ValueError(f"smoothing must be in [0, 1], got {self.config.smoothing!r}")
         self.num_entities = int(num_entities)
@@ -533,24 +540,52 @@ class RulePredictor:
         t0 = time.perf_counter()
         log: dict[str, Any] = {"heads": {}, "config": asdict(cfg)}
         todo = sorted(self.bodies) if heads is None else sorted(int(q) for q in heads)
-        if cfg.constant_rules > 0:
-            assert self.graph is not None
+        job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
+        if cfg.workers > 1 and len(todo) > 1:
+            # the heads are independent (own seed, own model): fit them in worker processes, the most trained
+            # heads first, and apply the results in head order, so the fit equals the one-process fit
+            cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
+            order = sorted(todo, key=lambda q: (-int(cost[q]), q))
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(cfg.workers, ctx, initializer=_worker_init, initargs=(self, job)) as pool:
+                done = dict(zip(order, pool.map(_worker_fit, order)))
             for q in todo:
-                self.constants[q] = mine_constant_rules(
-                    self.graph,
-                    q,
-                    train_dir[train_dir[:, 1] == q][:, [0, 2]],
-                    cfg.constant_rules,
-                    min_support=cfg.constant_min_support,
-                    seed=seed,
-                )
-            log["constant_rules"] = sum(len(c) for c in self.constants.values())
-        for q in todo:
-            log["heads"][q] = self._fit_head(q, train_dir, valid_dir, known_train, known_valid, epochs, seed)
+                log["heads"][q], self.models[q], constants = done[q]
+                if constants is not None:
+                    self.constants[q] = constants
+        else:
+            for q in todo:
+                log["heads"][q] = self._fit_one(q, *job)
+        if cfg.constant_rules > 0:
+            log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
         return log
+
+    def _fit_one(
+        self,
+        q: int,
+        train_dir: np.ndarray,
+        valid_dir: np.ndarray | None,
+        known_train: dict[tuple[int, int], set[int]],
+        known_valid: dict[tuple[int, int], set[int]],
+        epochs: int,
+        seed: int,
+    ) -> dict[str, Any]:
+        """Mine head q's rules with constants (``constant_rules``) and fit its model."""
+        cfg = self.config
+        if cfg.constant_rules > 0:
+            assert self.graph is not None
+            self.constants[q] = mine_constant_rules(
+                self.graph,
+                q,
+                train_dir[train_dir[:, 1] == q][:, [0, 2]],
+                cfg.constant_rules,
+                min_support=cfg.constant_min_support,
+                seed=seed,
+            )
+        return self._fit_head(q, train_dir, valid_dir, known_train, known_valid, epochs, seed)
 
     def _fit_head(
         self,
@@ -805,6 +840,23 @@ class RulePredictor:
         if graph is None:
             raise RuntimeError("rule_counts needs a graph: call fit()/set_graph() or pass graph_triples")
         return {q: rule_statistics(graph, q, bodies) for q, bodies in self.bodies.items() if bodies}
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(predictor: RulePredictor, job: tuple[Any, ...]) -> None:
+    """A fitting worker process: its copy of the predictor (graph, bodies, starts) and the fit's arguments."""
+    torch.set_num_threads(1)
+    _WORKER["predictor"], _WORKER["job"] = predictor, job
+
+
+def _worker_fit(q: int) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None]:
+    """Fit head q in a worker: its log, its fitted model and its rules with constants."""
+    predictor: RulePredictor = _WORKER["predictor"]
+    head_log = predictor._fit_one(q, *_WORKER["job"])
+    model = predictor.models.pop(q)
+    return head_log, model, predictor.constants.pop(q, None)
 
 
 def _given_or(given: np.ndarray | None, current: torch.Tensor) -> torch.Tensor:

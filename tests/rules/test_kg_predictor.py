@@ -440,13 +440,63 @@ def test_given_confidence_and_weights_start_the_first_bodies_only() -> None:
     bodies = [(0, 0), (2,), (0, 2)]
     local = RulePredictor({1: bodies}, 24, num_relations=3, config=PredictorConfig(epochs=0, entity_bias=False))
     local.fit(train, train)
-    given = RulePredictor({1: bodies}, 24, num_relations=3, config=PredictorConfig(epochs=0, entity_bias=False),
-                          init_confidence={1: np.array([0.25, np.nan])})
+    given = RulePredictor(
+        {1: bodies},
+        24,
+        num_relations=3,
+        config=PredictorConfig(epochs=0, entity_bias=False),
+        init_confidence={1: np.array([0.25, np.nan])},
+    )
     given.fit(train, train)
     w0, w1 = local.rule_weights()[1], given.rule_weights()[1]
     assert w1[0] == pytest.approx(10 * 0.25) and w1[1:] == pytest.approx(w0[1:])
-    start = RulePredictor({1: bodies}, 24, num_relations=3,
-                          config=PredictorConfig(epochs=5, eval_every=5, entity_bias=False, eval_init=True),
-                          init_weights={1: np.array([3.0, np.nan, -1.0])})
+    start = RulePredictor(
+        {1: bodies},
+        24,
+        num_relations=3,
+        config=PredictorConfig(epochs=5, eval_every=5, entity_bias=False, eval_init=True),
+        init_weights={1: np.array([3.0, np.nan, -1.0])},
+    )
     log = start.fit(train, train, valid_triples=test)
     assert log["heads"][1]["history"][0][0] == 0  # the start was scored on valid before training
+
+
+@pytest.mark.parametrize("constants", [0, 5])
+def test_worker_processes_fit_the_same_weights_as_one_process(constants: int) -> None:
+    train, test = family(seed=2)
+    valid = test[:2]
+
+    def run(workers: int) -> tuple[RulePredictor, dict]:
+        cfg = PredictorConfig(
+            epochs=6,
+            eval_every=2,
+            lr=0.1,
+            batch_size=4,
+            max_train_queries=20,
+            constant_rules=constants,
+            constant_min_support=1,
+            workers=workers,
+        )
+        p = RulePredictor({1: [(0, 0), (2,), (0, 2)], 4: [(3, 3), (2,)], 0: [(1, 3)]}, 36, num_relations=3, config=cfg)
+        log = p.fit(train, train, valid_triples=valid)
+        return p, log
+
+    torch.set_num_threads(1)
+    (one, log1), (two, log2) = run(1), run(2)
+    assert sorted(one.models) == sorted(two.models)
+    for q, m in one.models.items():
+        for a, b in zip(m.parameters(), two.models[q].parameters()):
+            assert torch.equal(a, b), q
+        np.testing.assert_array_equal(m.h_score, two.models[q].h_score)
+    assert {q: len(c) for q, c in one.constants.items()} == {q: len(c) for q, c in two.constants.items()}
+    assert log1.get("constant_rules") == log2.get("constant_rules")
+    queries = torch.from_numpy(np.concatenate([test[:, [0, 1]], test[:, [2, 1]] + [0, 3]]))
+    assert torch.equal(one.score(queries), two.score(queries))
+    for q in log1["heads"]:
+        assert {k: v for k, v in log1["heads"][q].items()} == log2["heads"][q]
+
+
+def test_workers_out_of_range_are_refused() -> None:
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match="workers must be 1..64"):
+            RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(workers=bad))
