@@ -40,6 +40,10 @@ class FederationConfig:
 
     ``client_timeout_s`` (default 3600 s): a client that has not replied this long after its message left is
     dropped from that exchange (a hanging client never blocks a run); ``null`` waits for ever.
+
+    ``aggregation`` (``mean``, ``median``, ``trimmed_mean``), ``trim_fraction`` and ``clip_norm``: how FedAvg-style
+    servers combine the clients' weights (:class:`fednsl.federation.aggregate.AggregationRule`); the default is
+    FedAvg's weighted mean, which one client sending absurd (finite) weights poisons.
     """
 
     fraction: float = 1.0  # share of clients sampled per round
@@ -50,6 +54,9 @@ class FederationConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept in RUN_DIR/checkpoints
     on_quorum_loss: str = "skip"  # "skip" the stage (logged) or "abort" the run
     faults: dict[str, Any] = field(default_factory=dict)  # injected client faults (fednsl.federation.faults)
+    aggregation: str = "mean"  # how FedAvg-style servers combine weights: mean, median or trimmed_mean
+    trim_fraction: float = 0.2  # trimmed_mean: share of the clients' values cut at each end, per coordinate
+    clip_norm: float | None = None  # clip each client's update (w_i - w) to this L2 norm; null: no clipping
 
     def __post_init__(self) -> None:
         check_types(
@@ -64,6 +71,9 @@ class FederationConfig:
                 "keep_checkpoints": "int",
                 "on_quorum_loss": "str",
                 "faults": "mapping",
+                "aggregation": "str",
+                "trim_fraction": "number",
+                "clip_norm": "number|None",
             },
         )
         for name in ("parallelism", "evaluate_every", "keep_checkpoints"):
@@ -72,6 +82,9 @@ class FederationConfig:
         from fednsl.federation.faults import parse_faults
 
         parse_faults(self.faults)  # a bad faults section is rejected when the config is read
+        from fednsl.federation.aggregate import check_rule
+
+        check_rule(self.aggregation, self.trim_fraction, self.clip_norm)
         if not 0 < self.fraction <= 1:
             raise ValueError(f"federation.fraction must be in (0, 1], got {self.fraction}")
         if self.min_clients < 1:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fednsl.config import RunConfig, dump_config
+from fednsl.federation.aggregate import use_aggregation
 from fednsl.federation.decentralised import DecentralisedRunner
 from fednsl.federation.faults import inject_faults
 from fednsl.federation.resume import prepare_resume
@@ -144,6 +145,7 @@ def train(
             engine = get_engine(config.engine)
             built = federation if federation is not None else build_federation(config)
             fed = inject_faults(built, config.federation.faults)  # no-op unless federation.faults is set
+            use_aggregation(fed.strategy, config.federation)  # federation.aggregation / clip_norm
             if config.federation.min_clients > len(fed.clients):
                 raise ValueError(
                     f"federation.min_clients={config.federation.min_clients} exceeds the "

@@ -11,9 +11,33 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from fednsl.federation.aggregate import weighted_average
+from fednsl.federation.aggregate import AggregationRule, aggregate
 from fednsl.federation.records import Message, Schema, weights_request_schema, weights_schema
 from fednsl.federation.roles import Metrics, Stage, Strategy
+
+# hidden units of a FedAvg MLP: far above any experiment, far below what exhausts a machine's memory
+HIDDEN_MAX = 65_536
+# weights of all the MLP copies a run holds (the server's and every client's): 400 MB as float32
+MAX_MODEL_VALUES = 100_000_000
+
+
+def check_hidden(hidden: int, where: str = "method_kwargs.hidden") -> None:
+    """ValueError naming ``where`` unless ``hidden`` is from 1 to :data:`HIDDEN_MAX`."""
+    if not 1 <= hidden <= HIDDEN_MAX:
+        raise ValueError(f"{where} must be from 1 to {HIDDEN_MAX:,}, got {hidden:,}")
+
+
+def check_model_size(features: int, hidden: int, classes: int, copies: int) -> None:
+    """ValueError unless ``copies`` MLPs ``features → hidden → classes`` hold at most :data:`MAX_MODEL_VALUES`
+    weights together."""
+    per_model = (features + 1) * hidden + (hidden + 1) * classes
+    if per_model * copies > MAX_MODEL_VALUES:
+        raise ValueError(
+            f"method_kwargs.hidden={hidden:,} with data.features={features:,} and data.classes={classes:,}: "
+            f"{copies:,} models (the server's and every client's) of {per_model:,} weights each are too large "
+            f"(at most {MAX_MODEL_VALUES:,} weights in all)"
+        )
+
 
 EVAL_SCHEMA = Schema(
     metrics=("num_examples", "loss", "accuracy"), required_metrics=("num_examples", "loss", "accuracy")
@@ -29,6 +53,9 @@ class FedAvgConfig:
     local_epochs: int = 1  # E in McMahan et al. (2017)
     batch_size: int = 32  # B
     server_lr: float = 1.0  # 1.0 = plain FedAvg (server applies the averaged weights)
+
+    def __post_init__(self) -> None:
+        check_hidden(self.hidden)
 
 
 class FedAvgOptions(Protocol):
@@ -50,6 +77,7 @@ class FedAvgStrategy(Strategy):
         self.weights = {k: v.copy() for k, v in initial.items()}
         self.cfg = cfg
         self.example_limits: dict[str, int] = {}  # client -> most examples it holds (known at enrolment)
+        self.aggregation = AggregationRule()  # federation.aggregation / clip_norm (set by the pipeline)
 
     def declare_stages(self) -> tuple[Stage, ...]:
         return (
@@ -95,7 +123,7 @@ class FedAvgStrategy(Strategy):
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = [r.metrics["num_examples"] for r in replies.values()]
-        avg = weighted_average([r.arrays for r in replies.values()], n)
+        avg = aggregate([r.arrays for r in replies.values()], n, self.aggregation, reference=self.weights)
         lr = self.cfg.server_lr
         self.weights = {k: (self.weights[k] + lr * (avg[k] - self.weights[k])).astype(avg[k].dtype) for k in avg}
         losses = [r.metrics["train_loss"] for r in replies.values()]

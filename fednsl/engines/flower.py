@@ -46,6 +46,7 @@ from fednsl.engines.flower_client import (
 )
 from fednsl.engines.flower_deploy import DeploymentOptions, run_deployment
 from fednsl.engines.flower_grid import GridOptions, GridRunner, GridTransport
+from fednsl.federation.aggregate import use_aggregation
 from fednsl.federation.loop import Federation, MessageHook, RunResult
 from fednsl.federation.tracking import Checkpoints, MetricsLog
 
@@ -70,6 +71,7 @@ def _server_main(grid: Grid, context: Context) -> None:
     root.setLevel(logging.INFO)
     try:
         fed = build_method(config)  # the strategy and the client ids; client objects stay unused here
+        use_aggregation(fed.strategy, config.federation)  # federation.aggregation / clip_norm
         opts = GridOptions(node_wait_s=float(rc.get("node-wait-s", 120.0)), poll_s=float(rc.get("poll-s", 0.1)))
         GridRunner(
             fed, config, run_dir, grid=grid, resume=bool(rc.get("resume", False)), progress=False, options=opts

@@ -12,7 +12,7 @@ or several, each under a name of your choice (``--set federation.faults.a.kind=r
         bad: {kind: wrong_shape, clients: [c2]}
 
 ``clients`` is a list of client ids or ``"all"``; ``rounds`` and ``stages`` default to every round and stage.
-Kinds (:data:`KINDS`):
+Kinds the round protocol drops or survives (:data:`KINDS`, the fault matrix):
 
 - ``raise``: the client raises :class:`InjectedFault` instead of replying.
 - ``hang``: the client sleeps ``seconds`` (default 3600) before replying; ``federation.client_timeout_s``
@@ -25,6 +25,12 @@ Kinds (:data:`KINDS`):
 - ``drop``: the client does its work but the reply is lost (``handle`` returns None).
 - ``huge_ids``: every integer array is filled with 10^9.
 - ``negative_counts``: every integer array is filled with -1, and a ``num_examples`` metric becomes -1.
+
+A reply that is finite and of the declared shapes but absurd cannot be told from an honest one by any schema
+(:data:`POISON_KINDS`; defended by ``federation.aggregation`` / ``federation.clip_norm``,
+:mod:`fednsl.federation.aggregate`):
+
+- ``huge_weights``: every floating-point array is scaled by 10^30 (kept finite: clipped to the dtype's range).
 
 :func:`inject_faults` wraps the clients of a federation when faults are configured (``fednsl.pipeline.train``
 calls it); without faults it returns the federation unchanged.
@@ -47,7 +53,10 @@ from fednsl.federation.roles import Client
 log = logging.getLogger("fednsl.faults")
 
 KINDS = ("raise", "hang", "crash", "nan", "wrong_shape", "stale_round", "drop", "huge_ids", "negative_counts")
+POISON_KINDS = ("huge_weights",)
+ALL_KINDS = KINDS + POISON_KINDS
 HUGE_ID = 10**9
+HUGE_WEIGHT = 1e30
 
 
 class InjectedFault(RuntimeError):
@@ -108,8 +117,8 @@ def _spec(raw: Any, where: str) -> FaultSpec:
             f"{where}: unknown option(s) {unknown}; valid: ['clients', 'kind', 'rounds', 'seconds', 'stages']"
         )
     kind = raw.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"{where}.kind must be one of {list(KINDS)}, got {kind!r}")
+    if kind not in ALL_KINDS:
+        raise ValueError(f"{where}.kind must be one of {list(ALL_KINDS)}, got {kind!r}")
     if "clients" not in raw:
         raise ValueError(f"{where}.clients is required (a list of client ids, or 'all')")
     seconds = raw.get("seconds", 3600.0)
@@ -134,7 +143,8 @@ def parse_faults(raw: Mapping[str, Any] | None, where: str = "federation.faults"
 
 
 def corrupt(reply: Message, kind: str) -> Message:
-    """``reply`` damaged as ``kind`` says (nan, wrong_shape, stale_round, huge_ids, negative_counts)."""
+    """``reply`` damaged as ``kind`` says (nan, wrong_shape, stale_round, huge_ids, negative_counts,
+    huge_weights)."""
     arrays = {k: np.array(v, copy=True) for k, v in reply.arrays.items()}
     metrics = dict(reply.metrics)
     if kind == "stale_round":
@@ -152,6 +162,11 @@ def corrupt(reply: Message, kind: str) -> Message:
             arrays[name] = a.reshape(1)
         else:
             arrays[name] = np.concatenate([a, a[:1] if len(a) else np.zeros((1, *a.shape[1:]), a.dtype)])
+    elif kind == "huge_weights":
+        for k, a in arrays.items():
+            if np.issubdtype(a.dtype, np.floating):
+                top = np.finfo(a.dtype).max
+                arrays[k] = np.clip(a.astype(np.float64) * HUGE_WEIGHT, -top, top).astype(a.dtype)
     elif kind in ("huge_ids", "negative_counts"):
         value = HUGE_ID if kind == "huge_ids" else -1
         for k, a in arrays.items():

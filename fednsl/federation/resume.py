@@ -12,12 +12,13 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fednsl.config import RunConfig
+from fednsl.config import FederationConfig, RunConfig
 from fednsl.federation.tracking import CheckpointError, Checkpoints, MetricsLog
 from kg.yaml_io import load_yaml
 
@@ -44,12 +45,17 @@ def set_aside(run_dir: Path, why: str) -> Path | None:
 
 
 def _config_diff(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """Top-level keys that differ, ignoring ``rounds`` and the injected ``federation.faults`` (a test harness)."""
+    """Top-level keys that differ, ignoring ``rounds`` and the injected ``federation.faults`` (a test harness).
+
+    A federation option missing from a saved config (saved before the option existed) counts as its default."""
+    defaults = asdict(FederationConfig())
 
     def plain(c: Mapping[str, Any]) -> dict[str, Any]:
         fed = c.get("federation")
         return (
-            {**c, "federation": {k: v for k, v in fed.items() if k != "faults"}} if isinstance(fed, dict) else dict(c)
+            {**c, "federation": {k: v for k, v in {**defaults, **fed}.items() if k != "faults"}}
+            if isinstance(fed, dict)
+            else dict(c)
         )
 
     saved, now = plain(saved), plain(now)

@@ -4,7 +4,7 @@ lives in :mod:`fednsl.common`."""
 
 from __future__ import annotations
 
-from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
+from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy, check_model_size
 from fednsl.common.torch_utils import get_weights
 from fednsl.config import RunConfig
 from fednsl.federation.runner import Federation
@@ -33,6 +33,7 @@ def build_fedavg(config: RunConfig) -> Federation:
     data_cfg = build_kwargs(BlobsConfig, config.data, "data (fedavg)")
     if data_cfg.name != "blobs":
         raise ValueError(f"fedavg: unknown data.name {data_cfg.name!r}; available: 'blobs'")
+    check_model_size(data_cfg.features, cfg.hidden, data_cfg.classes, data_cfg.num_clients + 1)
     parts = make_blobs_federation(data_cfg, config.seed)
     init = get_weights(mlp(data_cfg.features, cfg.hidden, data_cfg.classes, seed=config.seed))
     clients = {

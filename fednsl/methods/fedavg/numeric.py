@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from fednsl.common.fedavg import check_hidden
 from fednsl.common.torch_utils import get_weights, set_weights
 from fednsl.config import RunConfig
 from fednsl.federation.records import Message
@@ -44,6 +45,9 @@ class NumericFedAvgConfig:
     local_epochs: int = 1
     batch_size: int = 20
     server_lr: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_hidden(self.hidden)
 
 
 class NumericFedAvgClient(NumericClient):

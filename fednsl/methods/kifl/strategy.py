@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fednsl.common.fedavg import FedAvgStrategy
-from fednsl.federation.aggregate import weighted_average
+from fednsl.federation.aggregate import aggregate
 from fednsl.federation.records import ArraySpec, ConfigValue, Message, Schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.methods.kifl.config import KIFLConfig
@@ -42,7 +42,7 @@ class KIFLStrategy(FedAvgStrategy):
             return {"examples": float(sum(r.metrics["num_examples"] for r in replies.values()))}
         n = [r.metrics["num_examples"] for r in replies.values()]
         w = [1.0] * len(n) if self.cfg.aggregation == "uniform" else n
-        avg = weighted_average([r.arrays for r in replies.values()], w)
+        avg = aggregate([r.arrays for r in replies.values()], w, self.aggregation, reference=self.weights)
         lr = self.cfg.server_lr
         self.weights = {k: (self.weights[k] + lr * (avg[k] - self.weights[k])).astype(avg[k].dtype) for k in avg}
         return {"examples": float(sum(n))}

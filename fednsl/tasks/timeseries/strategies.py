@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fednsl.federation.aggregate import weighted_average
+from fednsl.federation.aggregate import AggregationRule, aggregate, weighted_average
 from fednsl.federation.records import ArraySpec, Message, Schema, weights_request_schema, weights_schema
 from fednsl.federation.roles import Metrics, Stage
 from fednsl.tasks.timeseries.clients import pack_models
@@ -44,13 +44,14 @@ class TSAverageStrategy(TSStrategy):
         super().__init__(cfg, rounds)
         self.weights = _copy(initial)
         self.extra = dict(extra_config or {})
+        self.aggregation = AggregationRule()  # federation.aggregation / clip_norm (set by the pipeline)
 
     def configure_train(self, rnd: int, clients: Sequence[str]) -> Message:
         return Message("train", rnd, arrays=self.weights, config={**self.cfg.sgd_config(), **self.extra})
 
     def aggregate_train(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:
         n = [r.metrics["num_examples"] for r in replies.values()]
-        self.weights = weighted_average([r.arrays for r in replies.values()], n)
+        self.weights = aggregate([r.arrays for r in replies.values()], n, self.aggregation, reference=self.weights)
         return _train_loss(replies)
 
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message:
