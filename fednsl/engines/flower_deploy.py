@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fednsl.config import RunConfig
 from fednsl.engines.flower_app import write_app
+from fednsl.engines.flower_guard import PIDS_FILE, ProcessLedger
 from fednsl.engines.flower_local import LocalFederation
 from fednsl.engines.flower_procs import stop_signals_interrupt
 from fednsl.engines.flower_submit import FlowerRun, submit_and_wait, write_connection
@@ -110,28 +111,36 @@ def _run_deployment(
     opts = options or DeploymentOptions()
     run_dir = Path(run_dir).resolve()
     work = run_dir / "flower"
-    app = write_app(work / "app", config, run_dir, resume=resume, node_wait_s=opts.node_wait_s, poll_s=opts.poll_s)
-    if opts.superlink:
-        home = work / "cli-home"
-        write_connection(home, opts.superlink, root_certificates=opts.root_certificates)
-        result = submit_and_wait(app, home, timeout_s=opts.run_timeout_s, log_path=work / "flwr-run.log")
-        logs = ""
-    else:
-        with LocalFederation(
-            num_clients,
-            work / "local",
-            tls=opts.local_tls,
-            node_auth=opts.local_tls,
-            start_timeout_s=opts.start_timeout_s,
-        ) as fed:
-            if progress:
-                print(
-                    f"local Flower federation: SuperLink {fed.address}, {num_clients} SuperNodes "
-                    f"(logs: {fed.workdir / 'logs'})",
-                    file=sys.stderr,
+    # every process started below dies with this one, kill -9 included (flower_guard); what a killed earlier run
+    # in this folder left running is stopped first
+    with ProcessLedger(work / PIDS_FILE) as ledger:
+        app = write_app(work / "app", config, run_dir, resume=resume, node_wait_s=opts.node_wait_s, poll_s=opts.poll_s)
+        if opts.superlink:
+            home = work / "cli-home"
+            write_connection(home, opts.superlink, root_certificates=opts.root_certificates)
+            result = submit_and_wait(
+                app, home, timeout_s=opts.run_timeout_s, log_path=work / "flwr-run.log", ledger=ledger
+            )
+            logs = ""
+        else:
+            with LocalFederation(
+                num_clients,
+                work / "local",
+                tls=opts.local_tls,
+                node_auth=opts.local_tls,
+                start_timeout_s=opts.start_timeout_s,
+                ledger=ledger,
+            ) as fed:
+                if progress:
+                    print(
+                        f"local Flower federation: SuperLink {fed.address}, {num_clients} SuperNodes "
+                        f"(logs: {fed.workdir / 'logs'})",
+                        file=sys.stderr,
+                    )
+                result = submit_and_wait(
+                    app, fed.flwr_home, timeout_s=opts.run_timeout_s, log_path=work / "flwr-run.log", ledger=ledger
                 )
-            result = submit_and_wait(app, fed.flwr_home, timeout_s=opts.run_timeout_s, log_path=work / "flwr-run.log")
-            logs = "" if result.ok else fed.logs()
+                logs = "" if result.ok else fed.logs()
     if not result.ok:
         raise RuntimeError(
             f"Flower run {result.run_id} ended with status {result.status}:\n{result.log[-4000:]}\n{logs}"

@@ -7,6 +7,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fednsl.engines.flower_guard import PIDS_FILE, ProcessLedger
 from fednsl.engines.flower_procs import (
     ManagedProcess,
     flower_bin,
@@ -28,6 +29,10 @@ class LocalFederation:
     SuperNode ``i`` gets ``--node-config "partition-id=i num-partitions=N"``. With ``tls`` the SuperLink
     serves HTTPS with a self-signed certificate; with ``node_auth`` (needs ``tls``) it accepts only the
     SuperNodes whose public keys were registered with ``flwr supernode register``.
+
+    Every process dies with this one, even after ``kill -9`` (:mod:`~fednsl.engines.flower_guard`): they are
+    recorded in ``ledger`` (default: its own, ``workdir/pids.json``, which also reaps what a killed earlier
+    federation in ``workdir`` left running).
     """
 
     num_supernodes: int
@@ -41,6 +46,8 @@ class LocalFederation:
     supernodes: list[ManagedProcess] = field(default_factory=list)
     tls_files: TLSFiles | None = None
     node_keys: list[tuple[Path, Path]] = field(default_factory=list)
+    ledger: ProcessLedger | None = None
+    _own_ledger: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.node_auth and not self.tls:
@@ -71,6 +78,9 @@ class LocalFederation:
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.ledger is None:
+            self.ledger, self._own_ledger = ProcessLedger(self.workdir / PIDS_FILE), True
+        self.ledger.open()
         self.port = free_port(self.host)
         argv = [
             flower_bin("flower-superlink"),
@@ -95,7 +105,7 @@ class LocalFederation:
         if self.node_auth:
             argv.append("--enable-supernode-auth")
         self.superlink = ManagedProcess(
-            "flower-superlink", argv, self.workdir / "logs" / "superlink.log", self._env("superlink")
+            "flower-superlink", argv, self.workdir / "logs" / "superlink.log", self._env("superlink"), self.ledger
         )
         wait_for_port(self.host, self.port, self.start_timeout_s, self.superlink)
         write_connection(
@@ -128,7 +138,11 @@ class LocalFederation:
         if self.node_auth:
             argv += ["--auth-supernode-private-key", str(self.node_keys[i][0])]
         proc = ManagedProcess(
-            f"flower-supernode-{i}", argv, self.workdir / "logs" / f"supernode-{i}.log", self._env(f"supernode-{i}")
+            f"flower-supernode-{i}",
+            argv,
+            self.workdir / "logs" / f"supernode-{i}.log",
+            self._env(f"supernode-{i}"),
+            self.ledger,
         )
         if i < len(self.supernodes):
             self.supernodes[i] = proc
@@ -148,6 +162,9 @@ class LocalFederation:
             proc.wait_stopped()
         if self.superlink is not None:
             self.superlink.stop()
+        if self._own_ledger and self.ledger is not None:
+            self.ledger.close()
+            self.ledger, self._own_ledger = None, False
 
     def __enter__(self) -> LocalFederation:
         return self.start()

@@ -1,7 +1,9 @@
 """Flower's processes: locating its commands, their environment, process groups, ports.
 
 Every Flower process fednsl starts runs in its own session/process group (``setsid``) and is stopped by group
-(a SuperNode's ``flower-superexec`` and ClientApp children are in its group), with bounded waits.
+(a SuperNode's ``flower-superexec`` and ClientApp children are in its group), with bounded waits. It dies with the
+fednsl process even after ``kill -9`` (:mod:`~fednsl.engines.flower_guard`: parent-death signal, pid file and
+watchdog).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from fednsl.engines.flower_guard import ProcessLedger, spawn
 
 QUIET_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
@@ -51,19 +55,32 @@ def flower_env(flwr_home: Path, extra: Mapping[str, str] | None = None) -> dict[
 
 
 class ManagedProcess:
-    """A child in its own session/process group (``setsid``), logging to a file, stopped by process group."""
+    """A child in its own session/process group (``setsid``), logging to a file, stopped by process group.
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str]):
+    It dies with this process (:func:`~fednsl.engines.flower_guard.spawn`); with a ``ledger`` its group is in the
+    run folder's pid file, whose watchdog stops the group (and what it started) if this process is killed.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str],
+        ledger: ProcessLedger | None = None,
+    ):
         self.name, self.argv, self.log_path = name, list(argv), Path(log_path)
+        self.ledger = ledger
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             self.argv,
+            ledger=ledger,
+            name=name,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=dict(env),
-            start_new_session=True,
         )
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
 
@@ -114,6 +131,8 @@ class ManagedProcess:
             self.proc.wait(timeout=5)
         if not self._log.closed:
             self._log.close()
+        if self.ledger is not None and not self.group_alive():
+            self.ledger.forget(self.pgid)
 
     def kill(self) -> None:
         """SIGKILL the whole group now (a crash, for tests)."""

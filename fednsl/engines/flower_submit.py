@@ -13,6 +13,7 @@ from pathlib import Path
 
 import tomli_w
 
+from fednsl.engines.flower_guard import ProcessLedger, die_with_parent, spawn
 from fednsl.engines.flower_procs import flower_bin, flower_env
 
 CONNECTION = "fednsl"
@@ -38,7 +39,13 @@ def flwr_cli(args: Sequence[str], flwr_home: Path, *, timeout_s: float = 120.0) 
     argv = [flower_bin("flwr"), *args]
     try:
         res = subprocess.run(
-            argv, env=flower_env(flwr_home), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+            argv,
+            env=flower_env(flwr_home),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),  # killed with this process (kill -9 included)
         )
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"`flwr {' '.join(args)}` did not finish in {timeout_s:.0f}s") from exc
@@ -69,18 +76,22 @@ def submit_and_wait(
     timeout_s: float = 86400.0,
     connection: str = CONNECTION,
     log_path: Path | None = None,
+    ledger: ProcessLedger | None = None,
 ) -> FlowerRun:
-    """``flwr run APP CONNECTION --stream`` (returns when the run ends), then its status from ``flwr ls``."""
+    """``flwr run APP CONNECTION --stream`` (returns when the run ends), then its status from ``flwr ls``.
+
+    ``flwr run`` dies with this process; ``ledger`` records it for the run folder's watchdog."""
     argv = [flower_bin("flwr"), "run", str(Path(app_dir).resolve()), connection, "--stream"]
     log_path = Path(log_path or Path(app_dir) / "flwr-run.log")
     with log_path.open("w") as out:
-        proc = subprocess.Popen(
+        proc = spawn(
             argv,
+            ledger=ledger,
+            name="flwr-run",
             env=flower_env(flwr_home),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
         )
         try:
             proc.wait(timeout=timeout_s)
@@ -93,6 +104,9 @@ def submit_and_wait(
             _stop_client(proc)
             _stop_run(log_path, flwr_home, connection)
             raise
+        finally:
+            if ledger is not None and proc.poll() is not None:
+                ledger.forget(proc.pid)
     text = log_path.read_text(errors="replace")
     found = re.search(r"started run (\d+)", text)
     if found is None:

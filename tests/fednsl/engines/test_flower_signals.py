@@ -1,4 +1,5 @@
-"""``kill -TERM`` / ``kill -HUP`` of ``fednsl train --engine flower`` stops everything it started, like Ctrl-C.
+"""``kill -TERM`` / ``kill -HUP`` of ``fednsl train --engine flower`` stops everything it started, like Ctrl-C;
+after ``kill -9`` everything it started dies with it (``fednsl.engines.flower_guard``).
 
 A real ``fednsl train`` process with a local federation (SuperLink, 2 SuperNodes, ``flwr run``, the ServerApp):
 once round 1 is logged, the signal goes to the ``fednsl`` process only; afterwards none of its descendants may
@@ -73,7 +74,7 @@ def _wait(cond, timeout_s: float, what: str) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list process groups")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_signal_stops_superlink_supernodes_and_flwr_run(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -104,11 +105,12 @@ def test_signal_stops_superlink_supernodes_and_flwr_run(tmp_path: Path, sig: int
         port = int(conn["superlink"]["fednsl"]["address"].rsplit(":", 1)[1])
         assert not _port_free(port)
 
-        os.kill(proc.pid, sig)  # the fednsl process only, not its group: it must stop its children itself
+        os.kill(proc.pid, sig)  # the fednsl process only, not its group: its children must not outlive it
         proc.wait(timeout=90)
         assert proc.returncode != 0
         _wait(lambda: not _alive(children, groups), 30, f"left running: {_alive(children, groups)}")
         assert _port_free(port)
+        assert not (out / "flower" / "pids.json").exists()  # removed by the watchdog, or on the clean stop
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
