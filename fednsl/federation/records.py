@@ -134,7 +134,8 @@ class Schema:
     non-finite values, ids out of range, negative or too large counts, distributions that do not sum to 1.
     What it cannot: a client encoding information in the *values* of declared fields (a covert channel
     within the bounds), or a finite but poisoned model update; these need secure aggregation or robust
-    aggregation, which fednsl does not claim.
+    aggregation (FedAvg-style servers offer ``federation.aggregation`` and ``federation.clip_norm``,
+    :mod:`fednsl.federation.aggregate`).
     """
 
     arrays: tuple[ArraySpec, ...] = ()
