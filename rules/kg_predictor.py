@@ -555,37 +555,13 @@ class RulePredictor:
                     self.constants[q] = constants
         else:
             for q in todo:
-                log["heads"][q] = self._fit_one(q, *job)
+                log["heads"][q] = self._fit_head(q, *job)
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
         return log
-
-    def _fit_one(
-        self,
-        q: int,
-        train_dir: np.ndarray,
-        valid_dir: np.ndarray | None,
-        known_train: dict[tuple[int, int], set[int]],
-        known_valid: dict[tuple[int, int], set[int]],
-        epochs: int,
-        seed: int,
-    ) -> dict[str, Any]:
-        """Mine head q's rules with constants (``constant_rules``) and fit its model."""
-        cfg = self.config
-        if cfg.constant_rules > 0:
-            assert self.graph is not None
-            self.constants[q] = mine_constant_rules(
-                self.graph,
-                q,
-                train_dir[train_dir[:, 1] == q][:, [0, 2]],
-                cfg.constant_rules,
-                min_support=cfg.constant_min_support,
-                seed=seed,
-            )
-        return self._fit_head(q, train_dir, valid_dir, known_train, known_valid, epochs, seed)
 
     def _fit_head(
         self,
@@ -597,7 +573,18 @@ class RulePredictor:
         epochs: int,
         seed: int,
     ) -> dict[str, Any]:
+        """Mine head q's rules with constants (``constant_rules``), then fit its model; returns the head's log."""
         cfg = self.config
+        if cfg.constant_rules > 0:
+            assert self.graph is not None
+            self.constants[q] = mine_constant_rules(
+                self.graph,
+                q,
+                train_dir[train_dir[:, 1] == q][:, [0, 2]],
+                cfg.constant_rules,
+                min_support=cfg.constant_min_support,
+                seed=seed,
+            )
         rng = np.random.default_rng([seed, q])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         rows = train_dir[train_dir[:, 1] == q][:, [0, 2]]
@@ -854,7 +841,7 @@ def _worker_init(predictor: RulePredictor, job: tuple[Any, ...]) -> None:
 def _worker_fit(q: int) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None]:
     """Fit head q in a worker: its log, its fitted model and its rules with constants."""
     predictor: RulePredictor = _WORKER["predictor"]
-    head_log = predictor._fit_one(q, *_WORKER["job"])
+    head_log = predictor._fit_head(q, *_WORKER["job"])
     model = predictor.models.pop(q)
     return head_log, model, predictor.constants.pop(q, None)
 

@@ -294,18 +294,30 @@ def _kg_training(run_dir: Path, store: RuleStore) -> _KGTraining | bool | None:
         )
         return False
     try:
-        from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
-        from fednsl.registry import build_kwargs
-
-        parts, _, _ = load_parts(build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)"), int(config.seed))
-        if not parts or tuple(parts[0].relations) != tuple(store.relations):
-            raise ValueError("the KG rebuilt from config.yaml does not match the rule store's relations")
+        parts, _ = _kg_parts(config, store)
         triples = np.concatenate([p.train for p in parts])
         graph = SparseGraph.from_triples(triples, parts[0].num_entities, len(store.relations))
     except (OSError, ValueError, KeyError, TypeError) as err:
         click.echo(f"note: relation equivalences and contributions not measured ({one_line(err)})", err=True)
         return False
     return _KGTraining(triples, graph)
+
+
+def _kg_parts(config: Any, store: RuleStore) -> tuple[list[Any], str]:
+    """The KG parts of a fednsl-kg run rebuilt from its config (and the KG's name); ValueError (or the loader's
+    OSError) when they cannot be, or do not match the rule store's relations."""
+    from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
+    from fednsl.registry import build_kwargs
+
+    parts, _, kg_name = load_parts(build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)"), int(config.seed))
+    if not parts:
+        raise ValueError("the run's config.yaml gives no KG part")
+    if tuple(parts[0].relations) != tuple(store.relations):
+        raise ValueError(
+            f"the KG rebuilt from config.yaml ({parts[0].num_relations} relations) does not match the rule "
+            f"store's {len(store.relations)} relations: was the data changed after the run?"
+        )
+    return parts, kg_name
 
 
 def _kg_equivalences(store: RuleStore, data: _KGTraining | bool, threshold: float) -> dict[int, int]:
@@ -708,8 +720,6 @@ def _explain_kg(
 
     import numpy as np
 
-    from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
-    from fednsl.registry import build_kwargs
     from kg.grounding.sparse import SparseGraph
     from rules.fol import RuleSyntaxError
     from rules.kg_explain import explain_kg, parse_head
@@ -720,18 +730,10 @@ def _explain_kg(
         hint = "; an inverse head reads ~REL or inv_REL"
         raise BadInput(f"{_option_error('--head', err).message}{hint}") from err
     try:
-        data_cfg = build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)")
-        parts, _, kg_name = load_parts(data_cfg, int(config.seed))
+        parts, kg_name = _kg_parts(config, store)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise BadInput(f"rebuilding the run's KG from config.yaml: {one_line(err)}") from err
-    if not parts:
-        raise BadInput("the run's config.yaml gives no KG part")
     kg = parts[0]
-    if tuple(kg.relations) != tuple(store.relations):
-        raise BadInput(
-            f"the KG rebuilt from config.yaml ({kg.num_relations} relations) does not match the rule store's "
-            f"{len(store.relations)} relations: was the data changed after the run?"
-        )
     width = len(str(len(parts) - 1))
     ids = [f"c{i:0{width}d}" for i in range(len(parts))]  # the client ids fednsl-kg gives its parts
     if client is not None and client not in ids:
