@@ -232,7 +232,10 @@ def _train(
     try:  # rules.json of a rule learner gets its confidence counts
         counts = count_rules(run_dir, config, built)
     except ValueError as exc:  # the run itself is complete and kept: say so and go on
-        log.warning("confidence counts not added: %s", exc)
+        if config.method_kwargs.get("counts") == "never":  # turned off in the config: nothing to warn of
+            log.info("confidence counts not added (method_kwargs.counts: never)")
+        else:
+            log.warning("confidence counts not added: %s", exc)
         counts = None
     with writing(run_dir / "plots"):
         plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")

@@ -163,3 +163,15 @@ def test_peak_rss_counts_memory_the_process_touched() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     before, after = map(float, out.split())
     assert 0 < before and after >= before + 250
+
+
+def test_counts_turned_off_in_the_config_are_not_warned_of(tmp_path: Path) -> None:
+    from fednsl.config import load_config
+    from tests.fednsl.methods.fednsl_kg.test_fednsl_kg import CONFIG, FAST
+
+    result = train(
+        load_config(CONFIG, [*FAST, "rounds=1", "method_kwargs.counts=never"]), tmp_path / "r", progress=False
+    )
+    text = (result.run_dir / "run.log").read_text()
+    assert "confidence counts not added (method_kwargs.counts: never)" in text
+    assert "WARNING" not in text
