@@ -457,7 +457,9 @@ def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: 
       fednsl data to-kg ../shared/data/dwie --out data/dwie_kg
       fednsl train fednsl_kg_dwie --set data.source=data/dwie_kg
     """
+    from fednsl.cli.errors import BadInput
     from kg.documents_kg import corpus_to_kg
+    from kg.io import missing_training_data
     from kg.triples import write_triples
 
     try:
@@ -466,6 +468,9 @@ def to_kg(path: str, fmt: str, out_dir: Path, seed: int, shares: str, skip_bad: 
         raise click.BadParameter(f"{shares!r} must be three comma-separated numbers", param_hint="--shares") from None
     _refuse_nonempty(out_dir, force)
     corpus = _load(path, fmt, skip_bad)
+    missing = missing_training_data(corpus, path)
+    if missing is not None:  # an empty KG would only fail later, at training
+        raise BadInput(f"{missing}; a KG needs relation facts between entities")
     try:
         kg = corpus_to_kg(corpus, seed=seed, shares=weights)
     except ValueError as exc:

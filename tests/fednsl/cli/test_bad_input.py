@@ -352,7 +352,15 @@ FHWA = ["--set", "data.input_len=24", "--set", "data.horizon=6", "--set", "round
 
 def _kg_to_kg_of_no_documents(tmp: Path) -> tuple[list[str], str]:
     corpus = _docred(tmp / "corpus", [])
-    assert invoke("data", "to-kg", corpus, "--out", tmp / "kg").exit_code == 0  # written, with empty files
+    res = invoke("data", "to-kg", corpus, "--out", tmp / "kg")  # refused: it would write empty files
+    assert res.exit_code == 2 and not (tmp / "kg").exists()
+    assert (
+        res.output.strip() == f"Error: {corpus}/train.json: no documents (an empty list); a KG needs relation facts "
+        "between entities"
+    )
+    (tmp / "kg").mkdir()
+    for split in ("train", "valid", "test"):  # such a KG written by hand is refused by train
+        (tmp / "kg" / f"{split}.txt").write_text("")
     return _kg_args(tmp / "kg"), f"{tmp}/kg/train.txt: no training triples (the file is empty); {KG_TRAIN}"
 
 
@@ -536,14 +544,29 @@ def test_a_run_where_every_round_lost_its_quorum_does_not_end_as_a_result(tmp_pa
     from fednsl.cli.main import rounds_without_quorum
 
     run = tmp_path / "r"
-    res = CliRunner().invoke(cli, [
-        "train", "fednsl_kg_synthetic", "--set", "data.num_clients=2", "--set", "rounds=2",
-        "--set", "federation.faults.kind=huge_ids", "--set", "federation.faults.clients=[c0, c1]", "--out", str(run),
-    ])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "fednsl_kg_synthetic",
+            "--set",
+            "data.num_clients=2",
+            "--set",
+            "rounds=2",
+            "--set",
+            "federation.faults.kind=huge_ids",
+            "--set",
+            "federation.faults.clients=[c0, c1]",
+            "--out",
+            str(run),
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert "every round lost its quorum (round 1: train.stats, round 2: train.stats)" in res.output
     assert rounds_without_quorum(run / "metrics.jsonl") == {1: "train.stats", 2: "train.stats"}
     rows = tmp_path / "m.jsonl"
-    rows.write_text('{"round": 1, "scope": "server", "train.aborted": 0}\n{"round": 2, "scope": "server", '
-                    '"train.aborted": 1, "evaluate.aborted": 1}\n{"round": 2, "scope": "client:c0", "x.aborted": 1}\n')
+    rows.write_text(
+        '{"round": 1, "scope": "server", "train.aborted": 0}\n{"round": 2, "scope": "server", '
+        '"train.aborted": 1, "evaluate.aborted": 1}\n{"round": 2, "scope": "client:c0", "x.aborted": 1}\n'
+    )
     assert rounds_without_quorum(rows) == {2: "train, evaluate"}
