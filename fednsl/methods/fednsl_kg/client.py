@@ -270,12 +270,14 @@ class FedNSLKGClient(Client):
         """Choose between the federated and the local predictor on this client's valid facts (``select_on_valid``):
         ``client`` compares the filtered valid MRR over all valid queries; ``head`` each query relation's best
         early-stopping valid MRR. Ties keep the federated predictor."""
-        local_log = self._local_log if self.local is not None else None
-        if local_log is None:
-            local_log = self._local_log = self._fit_local(seed)
+        if self.local is None or self._local_log is None:
+            self._local_log = self._fit_local(seed)
+        local_log = self._local_log
         assert self.local is not None
         if self.cfg.select_on_valid == "client":
-            fed, own = self._valid_mrr(self.predictor_checked), self._valid_mrr(self.local)
+            fed = fit_log.get("valid")  # already ranked when report_valid
+            fed = self._valid_mrr(self.predictor_checked) if fed is None else float(fed)
+            own = self._valid_mrr(self.local)
             self.use_local = set(range(2 * self.R)) if own > fed else set()
             return {"valid_mrr_federated": fed, "valid_mrr_local": own, "heads_local": len(self.use_local)}
         fed_heads, own_heads = fit_log.get("heads", {}), local_log.get("heads", {})
