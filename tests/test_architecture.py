@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "fednsl.registry": 2,
     "fednsl.option_types": 2,
     "fednsl.plots": 2,
+    "fednsl.plot_labels": 2,
     "fednsl.tasks": 3,
     "fednsl.methods": 4,
     "fednsl.engines": 5,
