@@ -68,8 +68,13 @@ def get_engine(name: str) -> EngineFactory:
 
 
 def default_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return root / f"{config.name or config.method}-seed{config.seed}-{stamp}"
+    """``runs/<name>-seed<seed>-<time>``; ``-2``, ``-3``, ... appended when a run of the same second holds it."""
+    base = root / f"{config.name or config.method}-seed{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = base, 1
+    while path.exists():
+        k += 1
+        path = base.with_name(f"{base.name}-{k}")
+    return path
 
 
 def latest_run_dir(config: RunConfig, root: Path = Path("runs")) -> Path | None:

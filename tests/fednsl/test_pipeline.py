@@ -175,3 +175,14 @@ def test_counts_turned_off_in_the_config_are_not_warned_of(tmp_path: Path) -> No
     text = (result.run_dir / "run.log").read_text()
     assert "confidence counts not added (method_kwargs.counts: never)" in text
     assert "WARNING" not in text
+
+
+def test_default_run_folders_of_the_same_second_do_not_collide(tmp_path: Path) -> None:
+    from fednsl.config import load_config
+    from fednsl.pipeline import default_run_dir
+
+    cfg = load_config("configs/fednsl_synthetic.yaml")
+    first = default_run_dir(cfg, tmp_path)
+    first.mkdir()
+    second = default_run_dir(cfg, tmp_path)
+    assert second != first and second.name.startswith(first.name) and not second.exists()

@@ -90,8 +90,8 @@ def test_prepare_dwie_needs_from(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "--from" in result.output
 
 
-def test_a_small_import_says_which_setting_to_change(tmp_path: Path) -> None:
-    """Training on two imported documents with the default four clients: one line naming the setting to change."""
+def test_a_small_import_without_facts_says_what_it_lacks(tmp_path: Path) -> None:
+    """Training on two imported documents without relation facts: one line naming the file and what it lacks."""
     from fednsl.cli.main import cli
 
     (tmp_path / "t.txt").write_text("Angela Merkel visited Berlin.")
@@ -103,8 +103,9 @@ def test_a_small_import_says_which_setting_to_change(tmp_path: Path) -> None:
                                    "--set", "data.golden_rules=none", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2, res.output
     assert res.output.strip().splitlines()[-1] == (
-        "Error: 2 eligible documents (with entities; 0 excluded) cannot be split over 4 clients: "
-        "set num_clients to at most 2 or add documents")
+        f"Error: {tmp_path / 'txt'}/train_annotated.json: the 2 documents with entities hold no relation facts "
+        "(labels between entities); fednsl trains on documents with entities and relation facts")
+    assert not (tmp_path / "run").exists()
 
 
 # `fednsl data split`: a KG over clients in FedLU's folder layout; `to-kg`/`split` refuse a non-empty --out
