@@ -12,8 +12,8 @@ fact ``f`` is still unexplained by the rules picked so far (``ρ_f = Π_k (1 −
     j* = argmax_j  c_j · Σ_f hit_jf · ρ_f,
 
 the expected number of facts it newly explains; shorter bodies first among equal gains (within
-:data:`EQUAL_GAIN` of the best), then the caller's tie key (e.g. the posterior). A rule that only repeats what is above it gains (almost) nothing and sinks, however
-probable the generator found it.
+:data:`EQUAL_GAIN` of the best), then the caller's tie key (e.g. the posterior). A rule that only repeats what is
+above it gains (almost) nothing and sinks, however probable the generator found it.
 """
 
 from __future__ import annotations
