@@ -28,6 +28,7 @@ _WORDS = {
     "recal": "recalibration only",
     "logic": "logic accuracy",
     "lr": "learning rate",
+    "tv": "total variation",
 }
 CLIENT_KEY = re.compile(r"^(c\d+)\.(.+)$")  # a per-client copy of a metric: c0.test_mrr
 

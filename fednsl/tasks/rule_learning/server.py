@@ -49,7 +49,16 @@ from rules.pool import RulePool, aggregate_distributions
 from rules.posterior import normalise_rows
 from rules.store import RuleStore
 
-__all__ = ["DEGENERATE_MASS", "GLOBAL", "Learner", "RuleLearningStrategy", "Stats", "Update", "degenerate_priors"]
+__all__ = [
+    "DEGENERATE_MASS",
+    "GLOBAL",
+    "Learner",
+    "RuleLearningStrategy",
+    "Stats",
+    "Update",
+    "degenerate_priors",
+    "posterior_prior_tv",
+]
 
 GLOBAL = "global"
 #: A head's prior is degenerate when one body holds at least this share of the renormalised T_θ.
@@ -75,6 +84,13 @@ class Update:
     posteriors: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
     agg: torch.Tensor
     has: torch.Tensor
+
+
+def posterior_prior_tv(agg: torch.Tensor, p: Proposal) -> torch.Tensor:
+    """(T,) total-variation distance ½ Σ_j |q_tj − p_θ(j)| between the aggregated posterior ``agg`` (T, J) and the
+    server's prior of the proposal (T_θ renormalised over each head's bodies): how much the clients' E-step
+    (Eq. 9–11) moved the distribution the M-step (Eq. 6) trains on. 0 = the clients sent the prior back."""
+    return 0.5 * (agg.double() - p.prior("renormalised").double()).abs().sum(-1)
 
 
 def degenerate_priors(p: Proposal) -> torch.Tensor:
@@ -380,6 +396,7 @@ class RuleLearningStrategy(Strategy):
         extra: Metrics = {}
         gen_s = 0.0
         refused = 0
+        tv: list[torch.Tensor] = []
         for name, group in self.by_learner(replies).items():
             learner = self.learners[name]
             p = self.proposal(learner, rnd)
@@ -401,6 +418,7 @@ class RuleLearningStrategy(Strategy):
                 posts[cid] = (q, w)
             has = den > 0
             agg = torch.where(has[:, None], num / den.clamp_min(1e-300)[:, None], torch.zeros_like(num))
+            tv.append(posterior_prior_tv(agg, p)[has])
             u = Update(learner, rnd, p, group, posts, agg, has)
             extra.update(self.after_update(u))
             orphans += self._warn_orphans(learner, rnd, p, has)
@@ -437,6 +455,10 @@ class RuleLearningStrategy(Strategy):
             "time_generator_s": gen_s,
             **extra,
         }
+        tvs = torch.cat(tv) if tv else torch.zeros(0, dtype=torch.float64)
+        if tvs.numel():
+            out["posterior_prior_tv"] = float(tvs.mean())
+            out["posterior_prior_tv_max"] = float(tvs.max())
         if stray:
             out["stray_entries"] = stray
         if refused:

@@ -117,6 +117,14 @@ def test_update_is_the_instance_weighted_mean_mixed_into_the_pool() -> None:
     for j, b in enumerate([(1,), (2,)]):
         assert after[(0, 0, 0)][b] == pytest.approx(0.5 * before[(0, 0, 0)][b] + 0.5 * mean[j])
     assert after[(1, 0, 0)] == pytest.approx(before[(1, 0, 0)])  # no owner: unchanged
+    # the distance of the aggregated posterior from the prior sent (softmax of the log prior over the mask),
+    # over the heads some client answered for (head 1 has no owner)
+    sent = Proposal.from_arrays(p.arrays)
+    lp = np.where(sent.mask[0].numpy(), sent.log_prior[0].numpy(), -np.inf)
+    prior = np.exp(lp - lp.max()) / np.exp(lp - lp.max()).sum()
+    tv = 0.5 * np.abs(mean - prior).sum()
+    assert tv > 0.01
+    assert m["posterior_prior_tv"] == pytest.approx(tv) and m["posterior_prior_tv_max"] == pytest.approx(tv)
 
 
 def test_stray_entries_are_counted_and_ignored_and_a_wrong_shape_names_the_client() -> None:
