@@ -6,6 +6,8 @@ centralised union, on natural federated splits (issue 33).
     python -m bench.federation_pays --split umls_entity_skew --seeds 0 1 2
     python -m bench.federation_pays --split kinship_triple_skew --seeds 0 1 2
     python -m bench.federation_pays --split kinship_entity_skew --settings federated-paper lambda-0   # ablations
+    python -m bench.federation_pays --split kinship_entity_skew --settings pool-only centralised-pool-only \
+        --merge federation_pays_kinship_entity_skew --name generator                                  # generator
 
 Each seed splits the KG with the seed (``kg.kg_partition.partition_kg``: by entity, every client keeps the facts
 between its own entities; by triple, clients share every relation), writes the parts as a federated folder and
@@ -21,7 +23,11 @@ runs, through :func:`fednsl.pipeline.train`, the dataset's config with
   as every client's start, ``federated_weights``), ``lambda-0`` (no KL toward the prior), ``select-client`` /
   ``select-head`` (each client scores with its own mined bodies alone where they rank its valid facts better,
   ``select_on_valid``), ``pool-only`` (the generator's share: only the pool's bodies are proposed, no generator
-  sample, ``max_bodies`` = ``pool_top``).
+  sample, ``max_bodies`` = ``pool_top``), ``centralised-pool-only`` (the same on the union).
+
+An ablation is also reported against the setting it removes a mechanism from (:data:`ABLATES`): the paired gain
+of the mechanism per client and on the aggregate. ``--merge NAME`` adds a stored result's runs of the other
+settings (same split and seeds), so an ablation run later is paired with the runs it is measured against.
 
 Per client: test MRR mean ± 95 % t-interval over seeds, and the paired difference to local-only (mean and
 t-interval of the per-seed differences). Writes bench/results/federation_pays_<split>.json and .md.
@@ -68,6 +74,16 @@ SETTINGS: dict[str, list[str]] = {
     "select-client": ["method_kwargs.select_on_valid=client"],
     "select-head": ["method_kwargs.select_on_valid=head"],
     "pool-only": [],  # max_bodies = the config's pool_top: :func:`overrides`
+    "centralised-pool-only": [],  # the union as one KG, the pool alone
+}
+#: ablation -> the setting it removes a mechanism from: reported as the paired gain (setting − ablation)
+ABLATES = {
+    "pool-only": "federated",
+    "centralised-pool-only": "centralised",
+    "lambda-0": "federated",
+    "federated-paper": "federated",
+    "confidence-only": "federated",
+    "own-rules-only": "federated",
 }
 DEFAULT = ("federated", "local-only", "centralised")
 
@@ -76,10 +92,12 @@ def overrides(setting: str, folder: Path, seed: int, extra: list[str], config: s
     """The --set overrides of one run: the folder as clients (or as one KG for the centralised bound)."""
     data = (
         [f"data.source={folder}", "data.num_clients=1", "data.federated_folder=null"]
-        if setting == "centralised"
+        if setting.startswith("centralised")
         else [f"data.federated_folder={folder}"]
     )
-    if setting == "pool-only":  # no generator sample is proposed: the mined pool alone (and its posterior update)
+    if setting.endswith(
+        "pool-only"
+    ):  # no generator sample is proposed: the mined pool alone (and its posterior update)
         data.append(f"method_kwargs.max_bodies={load_config(config).method_kwargs['pool_top']}")
     return [f"seed={seed}", *data, *SETTINGS[setting], *extra]
 
@@ -102,7 +120,8 @@ def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
     """Per setting: aggregate and per-client MRR over seeds; per client: paired difference to local-only."""
     out: dict[str, Any] = {"settings": {}, "paired": {}}
     for name, rs in runs.items():
-        per = {c: [r["clients"][c]["test_mrr"] for r in rs] for c in rs[0]["clients"]} if name != "centralised" else {}
+        central = name.startswith("centralised")
+        per = {} if central else {c: [r["clients"][c]["test_mrr"] for r in rs] for c in rs[0]["clients"]}
         out["settings"][name] = {
             "test_mrr": [r["test_mrr"] for r in rs],
             "clients": per,
@@ -117,7 +136,22 @@ def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
             mean = [sum(s["clients"][c][i] for c in poor) / len(poor) for i in range(len(s["test_mrr"]))]
             base = [sum(local["clients"][c][i] for c in poor) / len(poor) for i in range(len(s["test_mrr"]))]
             out["paired"][name]["data-poor"] = paired(mean, base)
+    out["ablations"] = {}
+    for name, against in ABLATES.items():
+        a, b = out["settings"].get(name), out["settings"].get(against)
+        if a is None or b is None:
+            continue
+        gain = {c: paired(v, a["clients"][c]) for c, v in b["clients"].items() if c in a["clients"]}
+        out["ablations"][name] = {
+            "against": against,
+            "aggregate": paired(b["test_mrr"], a["test_mrr"]),
+            "clients": gain,
+        }
     return out
+
+
+def _pair(p: dict[str, float]) -> str:
+    return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
 
 
 def _fmt(values: list[float]) -> str:
@@ -159,8 +193,20 @@ def markdown(
             "|---|" + "---|" * (len(clients) + bool(poor)),
         ]
         for name, per in summary["paired"].items():
-            cells = [f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]" for p in per.values()]
+            cells = [_pair(p) for p in per.values()]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if summary.get("ablations"):
+        lines += [
+            "",
+            "What each mechanism adds: the setting with it minus the ablation without it, paired per seed, mean [95% "
+            "interval]:",
+            "",
+            "| ablation | against | aggregate | " + " | ".join(clients) + " |",
+            "|---|---|---|" + "---|" * len(clients),
+        ]
+        for name, ab in summary["ablations"].items():
+            cells = [_pair(ab["clients"][c]) if c in ab["clients"] else "–" for c in clients]
+            lines.append(f"| {name} | {ab['against']} | {_pair(ab['aggregate'])} | " + " | ".join(cells) + " |")
     sent = {name: rs[0].get("bytes_per_round") for name, rs in runs.items() if rs}
     lines += [
         "",
@@ -196,6 +242,11 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(DEFAULT))
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra config override (repeatable)")
     ap.add_argument("--name", default="", help="suffix of the result files (runs of other settings side by side)")
+    ap.add_argument(
+        "--merge",
+        metavar="NAME",
+        help="add the runs of these stored results (same split and seeds) for the settings not run now",
+    )
     args = ap.parse_args()
     if args.render or args.plot:
         for name in args.render or ():
@@ -224,6 +275,8 @@ def main() -> None:
                     + " ".join(f"{c} {v['test_mrr']:.4f}" for c, v in runs[setting][-1]["clients"].items()),
                     flush=True,
                 )
+    if args.merge:
+        runs, commands = merged(args.merge, args.split, args.seeds, runs, commands)
     summary = summarise(args.split, runs)
     name = f"federation_pays_{args.split}{'_' + args.name if args.name else ''}"
     payload = {
@@ -237,6 +290,19 @@ def main() -> None:
     write_result(name, payload)
     (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, commands, splits, runs))
     print((RESULTS / f"{name}.md").read_text())
+
+
+def merged(
+    name: str, split: str, seeds: list[int], runs: dict[str, list[dict[str, Any]]], commands: list[str]
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """``runs`` with the stored result ``name``'s runs of the settings not in it first (refused unless the split and
+    seeds are the same), and the commands of both."""
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    if data["split"] != split or data["seeds"] != seeds:
+        raise SystemExit(f"--merge {name}: split {data['split']} seeds {data['seeds']}, not {split} seeds {seeds}")
+    stored = {k: v for k, v in data["runs"].items() if k not in runs}
+    kept = [c for c in data["commands"] if c.split(":", 1)[0] in stored]
+    return {**stored, **runs}, kept + commands
 
 
 def render(name: str) -> None:
@@ -280,7 +346,9 @@ def plot(names: list[str], out: Path) -> None:
         ax.set_ylabel("test MRR")
         ax.set_ylim(0, 1)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    title = "Test MRR alone, in FedNSL's loop, with the exchange: the data-poor clients (every client with equal shares)"
+    title = (
+        "Test MRR alone, in FedNSL's loop, with the exchange: the data-poor clients (every client with equal shares)"
+    )
     fig.suptitle(title + "; bars: mean, dots: seeds", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,3 +49,40 @@ def test_pool_only_proposes_no_generator_sample() -> None:
     sets = overrides("pool-only", Path("/f"), 0, [], "configs/fednsl_kg_kinship.yaml")
     pool_top = load_config("configs/fednsl_kg_kinship.yaml").method_kwargs["pool_top"]
     assert f"method_kwargs.max_bodies={pool_top}" in sets
+
+
+def test_an_ablation_is_reported_as_the_paired_gain_of_the_setting_it_removes_a_mechanism_from() -> None:
+    runs = {
+        "federated": [_run(0.6, {"c0": 0.7, "c1": 0.6}), _run(0.62, {"c0": 0.7, "c1": 0.7})],
+        "pool-only": [_run(0.58, {"c0": 0.7, "c1": 0.5}), _run(0.6, {"c0": 0.6, "c1": 0.7})],
+        "centralised": [_run(0.65, {}), _run(0.66, {})],
+        "centralised-pool-only": [_run(0.64, {}), _run(0.60, {})],
+    }
+    s = summarise("kinship_entity_skew", runs)
+    assert s["ablations"]["pool-only"]["against"] == "federated"
+    assert s["ablations"]["pool-only"]["clients"]["c1"]["mean"] == pytest.approx(0.05)  # (0.1 + 0) / 2
+    assert s["ablations"]["pool-only"]["aggregate"]["mean"] == pytest.approx(0.02)
+    assert s["ablations"]["centralised-pool-only"]["aggregate"]["mean"] == pytest.approx(0.035)
+    assert s["ablations"]["centralised-pool-only"]["clients"] == {}
+    sets = overrides("centralised-pool-only", Path("/f"), 0, [], "configs/fednsl_kg_kinship.yaml")
+    assert "data.source=/f" in sets and any(o.startswith("method_kwargs.max_bodies=") for o in sets)
+    text = markdown(
+        "kinship_entity_skew", [0, 1], s, [], [{"train": [1], "report": {"train": {"dropped": 0}}}] * 2, runs
+    )
+    assert "| pool-only | federated | +0.020" in text
+
+
+def test_merge_adds_only_the_stored_settings_not_run_now_and_refuses_other_seeds(tmp_path, monkeypatch) -> None:
+    import json
+
+    import bench.federation_pays as fp
+
+    stored = {"federated": [_run(0.6, {"c0": 0.6})], "pool-only": [_run(0.1, {"c0": 0.1})]}
+    data = {"split": "kinship_entity", "seeds": [0], "runs": stored, "commands": ["federated: a", "pool-only: b"]}
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    monkeypatch.setattr(fp, "RESULTS", tmp_path)
+    runs, commands = fp.merged("old", "kinship_entity", [0], {"pool-only": [_run(0.5, {"c0": 0.5})]}, ["pool-only: c"])
+    assert runs["pool-only"][0]["test_mrr"] == 0.5 and runs["federated"][0]["test_mrr"] == 0.6
+    assert commands == ["federated: a", "pool-only: c"]
+    with pytest.raises(SystemExit, match="seeds"):
+        fp.merged("old", "kinship_entity", [0, 1], {}, [])
