@@ -48,10 +48,11 @@ from bench.kg_completion import collect
 from fednsl.config import load_config
 from fednsl.methods.fednsl_kg.config import resolve_source
 from fednsl.pipeline import train
-from kg.kg_partition import partition_kg, partition_report, write_federated_kg
+from kg.kg_partition import partition_kg, partition_report, read_federated_kg, write_federated_kg
 from kg.kg_sources import load_kg
 
 KINSHIP, UMLS = "configs/fednsl_kg_kinship.yaml", "configs/fednsl_kg_umls.yaml"
+FB15K237, R10 = "configs/fednsl_kg_fb15k237.yaml", "configs/fednsl_kg_fb15k237_r10.yaml"
 SKEWED = [0.7, 0.15, 0.15]
 #: split -> (config, KG source, partition, shares, data-poor clients)
 SPLITS: dict[str, tuple[str, str, str, list[float] | None, tuple[str, ...]]] = {
@@ -60,6 +61,9 @@ SPLITS: dict[str, tuple[str, str, str, list[float] | None, tuple[str, ...]]] = {
     "umls_entity": (UMLS, "../shared/data/kg/umls_rnnlogic", "entity", None, ()),
     "umls_entity_skew": (UMLS, "../shared/data/kg/umls_rnnlogic", "entity", SKEWED, ("c1", "c2")),
     "kinship_triple_skew": (KINSHIP, "../shared/data/kg/kinship_rnnlogic", "triple", [0.8, 0.1, 0.1], ("c1", "c2")),
+    "fb15k237_entity": (FB15K237, "../shared/data/kg/fb15k237", "entity", None, ()),
+    # FedLU's published split (10 clients, disjoint relations): the folder as it is, whatever the seed
+    "r10": (R10, "../shared/data/kg/fb15k237_fedlu_r10", "folder", None, ()),
 }
 OFF = ["method_kwargs.federated_confidence=false", "method_kwargs.keep_own_rules=false"]
 SETTINGS: dict[str, list[str]] = {
@@ -102,13 +106,18 @@ def overrides(setting: str, folder: Path, seed: int, extra: list[str], config: s
     return [f"seed={seed}", *data, *SETTINGS[setting], *extra]
 
 
-def write_split(split: str, seed: int, out: Path) -> dict[str, Any]:
-    """Partition the split's KG with ``seed`` into ``out`` (FedLU layout); returns kept / dropped counts."""
+def write_split(split: str, seed: int, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Partition the split's KG with ``seed`` into ``out`` (FedLU layout), or take a published federated folder as
+    it is (``folder``); returns the folder the clients read and the kept / dropped counts."""
     _, source, by, shares, _ = SPLITS[split]
+    if by == "folder":
+        folder = Path(resolve_source(source))
+        parts = read_federated_kg(folder)
+        return folder, {"report": {"train": {"dropped": 0}}, "train": [len(p.train) for p in parts]}
     kg = load_kg(resolve_source(source))
     parts = partition_kg(kg, 3, by=by, seed=seed, shares=shares)  # type: ignore[arg-type]
     write_federated_kg(parts, out)
-    return {"report": partition_report(kg, parts), "train": [len(p.train) for p in parts]}
+    return out, {"report": partition_report(kg, parts), "train": [len(p.train) for p in parts]}
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
@@ -173,7 +182,8 @@ def markdown(
     lines = [
         f"# When does federation pay? {split}",
         "",
-        f"{source} split by {by} over 3 clients (shares {shares or 'equal'}; seeded with the run seed; "
+        f"{source} split by {by} over {len(splits[0]['train'])} clients (shares {shares or 'equal'}; "
+        f"{'as published' if by == 'folder' else 'seeded with the run seed'}; "
         f"data-poor clients: {', '.join(poor) or 'none'}), config `{config}`, seeds {seeds}. Test MRR, mean ± "
         "95% t-interval over seeds (each client's own test triples, filtered with its own facts; the centralised "
         "bound is one model on the union of the parts, scored on the union's test triples).",
@@ -262,7 +272,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fednsl-federation-pays-") as tmp:
         for seed in args.seeds:
             folder = Path(tmp) / f"{args.split}-seed{seed}"
-            splits.append(write_split(args.split, seed, folder))
+            folder, counts = write_split(args.split, seed, folder)
+            splits.append(counts)
             for setting in args.settings:
                 sets = overrides(setting, folder, seed, args.extra, config)
                 commands.append(

@@ -86,3 +86,16 @@ def test_merge_adds_only_the_stored_settings_not_run_now_and_refuses_other_seeds
     assert commands == ["federated: a", "pool-only: c"]
     with pytest.raises(SystemExit, match="seeds"):
         fp.merged("old", "kinship_entity", [0, 1], {}, [])
+
+
+def test_a_published_folder_is_used_as_it_is(tmp_path, monkeypatch) -> None:
+    import bench.federation_pays as fp
+    from kg.kg_partition import partition_kg, write_federated_kg
+    from kg.kg_synthetic import planted_kg
+
+    kg, _ = planted_kg(seed=0)
+    write_federated_kg(partition_kg(kg, 2, by="relation", seed=0), tmp_path / "pub")
+    monkeypatch.setitem(fp.SPLITS, "pub", (fp.KINSHIP, str(tmp_path / "pub"), "folder", None, ()))
+    folder, counts = fp.write_split("pub", 5, tmp_path / "unused")
+    assert folder == tmp_path / "pub" and not (tmp_path / "unused").exists()
+    assert len(counts["train"]) == 2 and sum(counts["train"]) > 0 and counts["report"]["train"]["dropped"] == 0
