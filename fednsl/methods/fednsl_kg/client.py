@@ -32,6 +32,7 @@ from fednsl.tasks.rule_learning import Proposal, pad_bodies
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
+from rules.identity import canonical_body, equivalences
 from rules.kg_mining import mine_chain_rule_support, rank_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor
 from rules.measures import RuleCounts
@@ -39,7 +40,13 @@ from rules.posterior import posterior_from_scores
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "type_signature_counts"]
+#: the share of a relation's training facts whose reverse (or inverse partner's fact) is also a training fact for
+#: mining to treat two tokens as one (``mining.identity``). Lower than :func:`rules.identity.equivalences`'s
+#: .95: a training split holds a share of the facts only (planted KG: 71–78 % of a symmetric relation's facts
+#: have their reverse in train), while an unrelated pair of relations matches almost never.
+IDENTITY_THRESHOLD = 0.6
+
+__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "one_per_identity", "type_signature_counts"]
 
 
 def mine_forward_rules(
@@ -49,14 +56,20 @@ def mine_forward_rules(
     and their supports added. ``options``: ``max_rules_per_head`` (default 200, after merging), ``min_support``
     (default 1), ``rank_by`` (``support``, the default, or ``confidence``: the ``pool_per_head`` best supported
     bodies (default 1000) re-ranked by AMIE confidence on the local graph before the cap, counted from at most
-    ``confidence_starts`` sampled start entities — the order of ``rules.kg_mining.mine_chain_rules``) and the
-    keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    ``confidence_starts`` sampled start entities — the order of ``rules.kg_mining.mine_chain_rules``),
+    ``identity`` (default false: when true, one body per rule identity before the cap — bodies equal up to the
+    symmetric and inverse relations measured on ``train`` at ``identity_threshold``, default
+    :data:`IDENTITY_THRESHOLD` (:func:`rules.identity.equivalences`), are one body, :func:`one_per_identity` — so
+    that spellings of one rule do not crowd the cap; a KG without such relations mines exactly as without it)
+    and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
     opts = dict(options)
     cap = opts.pop("max_rules_per_head", 200)
     min_support = int(opts.pop("min_support", 1))
     rank_by = opts.pop("rank_by", "support")
     pool = int(opts.pop("pool_per_head", 1000))
     confidence_starts = opts.pop("confidence_starts", None)
+    identity = bool(opts.pop("identity", False))
+    identity_threshold = float(opts.pop("identity_threshold", IDENTITY_THRESHOLD))
     if rank_by not in ("support", "confidence"):
         raise ValueError(f"method_kwargs.mining.rank_by={rank_by!r}; expected 'support' or 'confidence'")
     R = graph.num_relations
@@ -67,6 +80,7 @@ def mine_forward_rules(
         for body, n in table.items():
             b = tuple(int(x) for x in body) if q < R else mirror(body, R)
             slot[b] = slot.get(b, 0) + int(n)
+    eq = equivalences(np.asarray(train), R, identity_threshold) if identity else None
     out = {}
     for r, table in sorted(per_head.items()):
         ranked = rank_bodies(
@@ -76,12 +90,27 @@ def mine_forward_rules(
             rank_by=rank_by,
             pool_per_head=pool,
             min_support=min_support,
-            max_rules=None if cap is None else int(cap),
+            max_rules=None if cap is None or eq is not None else int(cap),
             confidence_starts=confidence_starts,
             seed=seed,
         )
+        if eq is not None:
+            ranked = one_per_identity(ranked, eq, R)[: None if cap is None else int(cap)]
         out[r] = {b: table[b] for b in ranked}
     return out
+
+
+def one_per_identity(ranked: list[tuple[int, ...]], eq: Mapping[int, int], num_relations: int) -> list[tuple[int, ...]]:
+    """``ranked`` bodies with one body per canonical body (:func:`rules.identity.canonical_body`): the class takes
+    the place of its best ranked member and is written as its member with the fewest inverse atoms
+    (``parent_of, parent_of`` rather than ``parent_of, ~child_of``), ties by rank."""
+    classes: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for b in ranked:
+        classes.setdefault(canonical_body(b, eq, 2 * num_relations), []).append(b)
+    return [
+        min(members, key=lambda m: sum(num_relations <= t < 2 * num_relations for t in m))
+        for members in classes.values()
+    ]
 
 
 def amie_counts(graph: SparseGraph, head: int, bodies: list[tuple[int, ...]]) -> RuleCounts:
