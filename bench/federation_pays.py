@@ -137,7 +137,7 @@ def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
         }
     local = out["settings"].get("local-only")
     for name, s in out["settings"].items():
-        if local is None or name in ("local-only", "centralised"):
+        if local is None or name == "local-only" or name.startswith("centralised"):
             continue
         out["paired"][name] = {c: paired(v, local["clients"][c]) for c, v in s["clients"].items()}
         poor = SPLITS[split][4]
@@ -268,7 +268,29 @@ def main() -> None:
         ap.error("--split is required (or --render / --plot)")
     config = SPLITS[args.split][0]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.settings}
-    commands, splits = [], []
+    commands: list[str] = []
+    splits: list[dict[str, Any]] = []
+    name = f"federation_pays_{args.split}{'_' + args.name if args.name else ''}"
+
+    def save(summary: dict[str, Any] | None) -> None:
+        """The runs so far (after every run, so a crash keeps them; ``--render`` summarises a partial file)."""
+        done = {k: v for k, v in runs.items() if v}
+        if args.merge:
+            done, cmds = merged(args.merge, args.split, args.seeds, done, commands)
+        else:
+            cmds = commands
+        write_result(
+            name,
+            {
+                "split": args.split,
+                "seeds": args.seeds,
+                "splits": splits,
+                "summary": summary,
+                "runs": done,
+                "commands": cmds,
+            },
+        )
+
     with tempfile.TemporaryDirectory(prefix="fednsl-federation-pays-") as tmp:
         for seed in args.seeds:
             folder = Path(tmp) / f"{args.split}-seed{seed}"
@@ -286,20 +308,11 @@ def main() -> None:
                     + " ".join(f"{c} {v['test_mrr']:.4f}" for c, v in runs[setting][-1]["clients"].items()),
                     flush=True,
                 )
-    if args.merge:
-        runs, commands = merged(args.merge, args.split, args.seeds, runs, commands)
-    summary = summarise(args.split, runs)
-    name = f"federation_pays_{args.split}{'_' + args.name if args.name else ''}"
-    payload = {
-        "split": args.split,
-        "seeds": args.seeds,
-        "splits": splits,
-        "summary": summary,
-        "runs": runs,
-        "commands": commands,
-    }
-    write_result(name, payload)
-    (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, commands, splits, runs))
+                save(None)
+    full, cmds = merged(args.merge, args.split, args.seeds, runs, commands) if args.merge else (runs, commands)
+    summary = summarise(args.split, full)
+    save(summary)
+    (RESULTS / f"{name}.md").write_text(markdown(args.split, args.seeds, summary, cmds, splits, full))
     print((RESULTS / f"{name}.md").read_text())
 
 

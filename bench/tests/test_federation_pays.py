@@ -53,12 +53,14 @@ def test_pool_only_proposes_no_generator_sample() -> None:
 
 def test_an_ablation_is_reported_as_the_paired_gain_of_the_setting_it_removes_a_mechanism_from() -> None:
     runs = {
-        "federated": [_run(0.6, {"c0": 0.7, "c1": 0.6}), _run(0.62, {"c0": 0.7, "c1": 0.7})],
-        "pool-only": [_run(0.58, {"c0": 0.7, "c1": 0.5}), _run(0.6, {"c0": 0.6, "c1": 0.7})],
+        "federated": [_run(0.6, {"c0": 0.7, "c1": 0.6, "c2": 0.5}), _run(0.62, {"c0": 0.7, "c1": 0.7, "c2": 0.5})],
+        "pool-only": [_run(0.58, {"c0": 0.7, "c1": 0.5, "c2": 0.5}), _run(0.6, {"c0": 0.6, "c1": 0.7, "c2": 0.5})],
         "centralised": [_run(0.65, {}), _run(0.66, {})],
         "centralised-pool-only": [_run(0.64, {}), _run(0.60, {})],
+        "local-only": [_run(0.5, {"c0": 0.7, "c1": 0.4, "c2": 0.5}), _run(0.5, {"c0": 0.6, "c1": 0.5, "c2": 0.5})],
     }
-    s = summarise("kinship_entity_skew", runs)
+    s = summarise("kinship_entity_skew", runs)  # no client of the union is paired with local-only
+    assert "centralised-pool-only" not in s["paired"] and "pool-only" in s["paired"]
     assert s["ablations"]["pool-only"]["against"] == "federated"
     assert s["ablations"]["pool-only"]["clients"]["c1"]["mean"] == pytest.approx(0.05)  # (0.1 + 0) / 2
     assert s["ablations"]["pool-only"]["aggregate"]["mean"] == pytest.approx(0.02)
