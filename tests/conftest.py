@@ -53,3 +53,9 @@ def one_torch_thread() -> Iterator[None]:
 
     with torch_threads(1):
         yield
+
+
+@pytest.fixture
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that write fednsl's cache write it under the test's own folder (``FEDNSL_CACHE``)."""
+    monkeypatch.setenv("FEDNSL_CACHE", str(tmp_path / "cache"))

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from scipy import stats
 
 from fednsl.common.fedavg import FedAvgConfig, FedAvgStrategy
@@ -38,13 +37,7 @@ from tests.fednsl.federation.tiny_configs import tiny
 SHAPES = {"w": (3, 4), "b": (4,), "s": ()}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDNSL_CACHE", str(tmp_path / "cache"))
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "isolated_cache")
 
 
 def clients(n: int, seed: int, dtype=np.float32) -> list[dict[str, np.ndarray]]:
