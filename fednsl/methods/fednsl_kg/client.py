@@ -244,10 +244,7 @@ class FedNSLKGClient(Client):
                 if tw is not None and tk is not None and bool(tk[t, k]):
                     types[q] = tw[t, k]
             if self.cfg.keep_own_rules and r in rule_sets:
-                sent = set(rule_sets[r])
-                own = [b for b in self.mined.get(r, []) if b not in sent]
-                rule_sets[r] = rule_sets[r] + own
-                rule_sets[r + self.R] = rule_sets[r + self.R] + [mirror(b, self.R) for b in own]
+                self._add_own(rule_sets, r)
         given = bool(weights or types)
         pcfg = PredictorConfig(**{"eval_init": given, **self.cfg.predictor, "aggregator": self.cfg.aggregator})
         self.predictor = RulePredictor(
@@ -273,6 +270,14 @@ class FedNSLKGClient(Client):
                 fit_log.update(self._select(fit_log, seed))
         return fit_log
 
+    def _add_own(self, rule_sets: dict[int, list[tuple[int, ...]]], r: int) -> None:
+        """Append this client's round-1 mined bodies of forward head ``r`` not already in ``rule_sets[r]``, and
+        their mirrors to the inverse head ``r + R`` (in place)."""
+        sent = set(rule_sets.get(r, []))
+        own = [b for b in self.mined.get(r, []) if b not in sent]
+        rule_sets[r] = rule_sets.get(r, []) + own
+        rule_sets[r + self.R] = rule_sets.get(r + self.R, []) + [mirror(b, self.R) for b in own]
+
     def _fit_local(self, seed: int) -> dict[str, Any]:
         """Fit :attr:`local` on the round-1 mined bodies alone (local leave-one-out confidences), once: the local
         data does not change over rounds; its seed is kept in the client state so a resumed run refits it alike."""
@@ -280,8 +285,7 @@ class FedNSLKGClient(Client):
             self.local_seed = seed
         rule_sets: dict[int, list[tuple[int, ...]]] = {}
         for r in self.relations.tolist():
-            own = self.mined.get(int(r), [])
-            rule_sets[int(r)], rule_sets[int(r) + self.R] = list(own), [mirror(b, self.R) for b in own]
+            self._add_own(rule_sets, int(r))
         pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
         self.local = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
         return dict(
