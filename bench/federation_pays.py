@@ -350,7 +350,7 @@ def plot(names: list[str], out: Path) -> None:
         ("federated-paper", "FedNSL's loop", "#d95f02"),
         ("federated", "with the exchange", "#1b9e77"),
     ]
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(min(4.2 * len(names), 14.5), 3.4), squeeze=False)  # ≤ 1600 px
     for ax, name in zip(axes[0], names):
         data = json.loads((RESULTS / f"{name}.json").read_text())
         runs, poor = (
