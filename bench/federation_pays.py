@@ -122,7 +122,7 @@ def write_split(split: str, seed: int, out: Path) -> tuple[Path, dict[str, Any]]
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
     m, ci = mean_ci([x - y for x, y in zip(a, b)])
-    return {"mean": m, "ci95": ci, "low": m - ci, "high": m + ci}
+    return {"mean": m, "ci95": ci, "low": m - ci, "high": m + ci, "n": len(a)}
 
 
 def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -160,6 +160,9 @@ def summarise(split: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
 
 
 def _pair(p: dict[str, float]) -> str:
+    """mean [95% interval]; the mean alone (one seed) where there is no interval."""
+    if p.get("n", 2) < 2:
+        return f"{p['mean']:+.3f} (one seed)"
     return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
 
 

@@ -25,7 +25,7 @@ def test_paired_differences_are_per_seed_and_the_data_poor_mean_averages_the_poo
     assert s["paired"]["federated"]["c0"]["mean"] == pytest.approx(0.05)
     assert s["paired"]["federated"]["data-poor"]["mean"] == pytest.approx(0.175)  # mean of c1, c2 per seed
     assert "centralised" not in s["paired"] and s["settings"]["centralised"]["clients"] == {}
-    assert paired([1.0], [0.5]) == {"mean": 0.5, "ci95": 0.0, "low": 0.5, "high": 0.5}
+    assert paired([1.0], [0.5]) == {"mean": 0.5, "ci95": 0.0, "low": 0.5, "high": 0.5, "n": 1}
     text = markdown(
         "kinship_entity_skew", [0, 1], s, ["cmd"], [{"train": [1, 2, 3], "report": {"train": {"dropped": 4}}}] * 2, runs
     )
