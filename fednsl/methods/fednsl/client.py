@@ -11,7 +11,10 @@ same test documents, never trained on), ``unseen_holdout`` (the neighbour combo 
 
 Evaluation scores every variant of :data:`.messages.EVAL_VARIANTS` from the one fitted state of the round:
 the rule model (seen: the personal per-triple scorer; unseen: the configured ``transfer`` route), the backbone
-alone, recalibration only (φ zeroed), and both transfer routes on the unseen cells. Thresholds come from the
+alone, recalibration only (the scorer's fit with φ zeroed; unseen: the owners' published (ū_t, b̄_t) under
+``transfer: published``), and both transfer routes on the unseen cells. Logic counts compose the golden bodies
+over a document's full predictions (seen ∪ unseen query cells, every relation the client scores) and count
+them at the pairs of each part's query cells. Thresholds come from the
 client's own seen-combo hold-out only.
 """
 
@@ -30,7 +33,7 @@ import torch
 from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
-from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
+from fednsl.methods.fednsl.evaluation import PRF, best_threshold, document_logic_counts, logic_from_counts, prf_counts
 from fednsl.methods.fednsl.features import CellTable, Part, PathScore, PhiCache
 from fednsl.methods.fednsl.messages import ScorerOptions, scorer_options_from
 from fednsl.methods.fednsl.scorer import (
@@ -44,6 +47,7 @@ from fednsl.methods.fednsl.scorer import (
     posterior_of,
     predict_logits,
     published_logits,
+    recalibration_logits,
 )
 from fednsl.tasks.rule_learning import Proposal
 from kg.split import ClientPartition, query_mask
@@ -285,7 +289,7 @@ class FedNSLClient(Client):
         counts = built.inst.counts_per_triple(rules.num_heads)
         fitted.fitted = counts >= self.min_instances
         transfer = fit_transfer(built.inst, rules, opts)
-        recal = fit_recalibration(built.inst, rules.num_heads)
+        recal = fit_recalibration(built.inst, rules, opts, torch.Generator().manual_seed(seed))
         recal.fitted = recal.fitted & fitted.fitted
         t2 = time.perf_counter()
         if opts.optimizer == "lbfgs" and not fitted.converged and len(built.inst):
@@ -343,6 +347,8 @@ class FedNSLClient(Client):
             own = fitted.fitted & (instances > 0)
             arrays["scorer_weights"] = torch.where(own[:, None], fitted.weights.double(), 0.0).numpy()
             arrays["scorer_bias"] = torch.where(own, fitted.bias.double(), 0.0).numpy()
+            arrays["recal_slope"] = torch.where(own, fit.recal.slope.double(), 0.0).numpy()
+            arrays["recal_bias"] = torch.where(own, fit.recal.intercept.double(), 0.0).numpy()
         return msg.reply(self.cid, arrays=arrays, metrics=metrics)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
@@ -376,7 +382,8 @@ class FedNSLClient(Client):
         return out
 
     def score_unseen(self, msg: Message) -> dict[str, np.ndarray]:
-        """Unseen-test logits of both transfer routes for an ``evaluate`` message (``prior``, ``published``) —
+        """Unseen-test logits of both transfer routes and of the recalibration-only baseline for an ``evaluate``
+        message (``prior``, ``published``, ``recal``) —
         what the server sent decides them (tests perturb the message and check that they move)."""
         rules = Proposal.from_arrays(msg.arrays)
         opts = scorer_options_from(msg.config, self.options)
@@ -413,15 +420,30 @@ class FedNSLClient(Client):
             s = published_logits(inst, torch.as_tensor(np.asarray(pw)), torch.as_tensor(np.asarray(pb))).numpy()
             return np.where(use, s, base), use
 
-        return {"prior": prior_route, "published": published_route}
+        ru, rb = (msg.arrays.get(k) for k in ("published_recal_slope", "published_recal_bias"))
 
-    def _logic_docs(self, part: str, built: _Built, pred: np.ndarray, rules: Proposal) -> tuple[np.ndarray, np.ndarray]:
-        """Per-document golden-rule (body, correct) counts (D, G) of thresholded predictions."""
-        preds = self._doc_predictions(part, built, pred, rules)
-        body = np.zeros((len(preds), len(self.golden)), dtype=np.int64)
+        def recal_route(inst: Instances) -> tuple[np.ndarray, np.ndarray]:
+            """Recalibration only on unseen cells: the owners' mean (ū_t, b̄_t) where published (the rule
+            weights' route), else the client's pooled (u, b)."""
+            base = fit.recal.logits(inst, False).numpy()
+            if ru is None or rb is None or pm is None or len(inst) == 0:
+                return base, np.zeros(len(inst), dtype=bool)
+            use = np.asarray(pm, dtype=bool)[inst.tri.numpy()]
+            s = recalibration_logits(inst, torch.as_tensor(np.asarray(ru)), torch.as_tensor(np.asarray(rb))).numpy()
+            return np.where(use, s, base), use
+
+        return {"prior": prior_route, "published": published_route, "recal": recal_route}
+
+    def _logic_docs(
+        self, part: str, own: Sequence[np.ndarray], other: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-document golden-rule (body, correct) counts (D, G): bodies composed over the document's full
+        predictions (this part's ``own`` ∪ the other part's ``other``, (N, N, R) per document), counted at the
+        pairs (x, y) of this part's query cells."""
+        body = np.zeros((len(own), len(self.golden)), dtype=np.int64)
         corr = np.zeros_like(body)
-        for d, (p, m) in enumerate(zip(preds, self._masks[part])):
-            body[d], corr[d] = logic_counts([p], self.golden, [m])
+        for d, (p, q, m) in enumerate(zip(own, other, self._masks[part])):
+            body[d], corr[d] = document_logic_counts([p, q], m, self.golden)
         return body, corr
 
     @handles("evaluate")
@@ -449,12 +471,13 @@ class FedNSLClient(Client):
 
         def unseen_preds(inst: Instances) -> dict[str, np.ndarray]:
             out = {}
-            for name, fn in routes.items():
-                s, published = fn(inst)
+            for name in ("prior", "published"):
+                s, published = routes[name](inst)
                 out[f"{name}_"] = np.where(published, s >= th["personal"], s >= th["transfer"])
             out[""] = out[f"{opts.transfer}_"]
             out["backbone_"] = inst.passthrough.numpy() >= th["backbone"]
-            out["recal_"] = recal.logits(inst, False).numpy() >= th["recal_pooled"]
+            s, published = routes["recal"](inst)
+            out["recal_"] = np.where(published, s >= th["recal"], s >= th["recal_pooled"])
             return out
 
         def seen_preds(inst: Instances) -> dict[str, np.ndarray]:
@@ -473,10 +496,29 @@ class FedNSLClient(Client):
             c = prf_counts(p, uh.inst.y.numpy() > 0.5, uh.in_train, uh.total_gold)
             if c.n_gold:
                 metrics[f"holdout_{variant}unseen_f1"] = c.f1
-        for part, key in (("seen_test", "seen"), ("unseen_test", "unseen")):
-            built = self._build(part, rules, rnd)
+        parts = {"seen": "seen_test", "unseen": "unseen_test"}
+        builts = {key: self._build(part, rules, rnd) for key, part in parts.items()}
+        all_preds = {
+            "seen": seen_preds(builts["seen"].inst),
+            "unseen": unseen_preds(builts["unseen"].inst),
+        }
+        # the document's full predictions (LogiRE composes bodies over all of them): this part's cells of the
+        # variant united with the other part's cells of its companion (the bench's rows: seen "" pairs with the
+        # configured route, prior_/published_ with the rule model's seen cells)
+        doc_preds = {
+            (key, prefix): self._doc_predictions(parts[key], builts[key], p, rules)
+            for key, preds in all_preds.items()
+            for prefix, p in preds.items()
+        }
+
+        def companion(key: str, prefix: str) -> tuple[str, str]:
+            other = "unseen" if key == "seen" else "seen"
+            return other, prefix if prefix in all_preds[other] else ""
+
+        for key, part in parts.items():
+            built = builts[key]
             y = built.inst.y.numpy() > 0.5
-            preds = seen_preds(built.inst) if key == "seen" else unseen_preds(built.inst)
+            preds = all_preds[key]
             if key == "unseen":
                 pm = msg.arrays.get("published_mask")
                 if pm is not None:
@@ -499,7 +541,7 @@ class FedNSLClient(Client):
                 ).astype(np.int64)
                 arrays[f"docs_{prefix}{key}"] = per_doc
                 if self.golden:
-                    body_d, corr_d = self._logic_docs(part, built, p, rules)
+                    body_d, corr_d = self._logic_docs(part, doc_preds[(key, prefix)], doc_preds[companion(key, prefix)])
                     body, correct = body_d.sum(0), corr_d.sum(0)
                     arrays[f"doclogic_body_{prefix}{key}"] = body_d
                     arrays[f"doclogic_correct_{prefix}{key}"] = corr_d

@@ -28,6 +28,7 @@ __all__ = [
     "prf_counts",
     "logic_counts",
     "logic_from_counts",
+    "document_logic_counts",
     "f1_from_counts",
     "merge_variant_metrics",
 ]
@@ -163,6 +164,19 @@ def logic_counts(
             body_tot[i] += int(b.sum())
             correct[i] += int((b & pred[:, :, int(head)]).sum())
     return body_tot, correct
+
+
+def document_logic_counts(
+    parts: Sequence[np.ndarray], mask: np.ndarray, rules: Sequence[tuple[int, Sequence[int]]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(body (K,), body∧head (K,)) of one document as LogiRE counts them over its *full* predictions: the
+    union of the (N, N, R) predictions of every part the client scores in the document (seen and unseen query
+    cells, every relation), bodies composed over that union, counted at the pairs (x, y) of ``mask`` (N, N)
+    (one part's query cells; LogiRE's mask is every off-diagonal pair, spec §5)."""
+    full = np.zeros_like(np.asarray(parts[0], dtype=bool))
+    for p in parts:
+        full |= np.asarray(p, dtype=bool)
+    return logic_counts([full], rules, [mask])
 
 
 def logic_from_counts(body: np.ndarray, correct: np.ndarray) -> float:

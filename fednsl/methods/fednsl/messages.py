@@ -13,7 +13,8 @@ Client → server:
 - ``train``: ``posterior`` (T, J) distribution over each triple's bodies (Eq. 10; rows of triples without local
   instances are all zero, ``mask`` false), ``instances`` (T,) counts; with ``transfer: published`` (beyond the
   paper) also the fitted per-triple scorer parameters :data:`PUBLISHED_FIELDS`: ``scorer_weights`` (T, J)
-  rule weights w_t and ``scorer_bias`` (T,) biases b_t (zero for triples without local instances);
+  rule weights w_t and ``scorer_bias`` (T,) biases b_t, and the recalibration-only baseline's ``recal_slope``
+  (T,) u_t and ``recal_bias`` (T,) b_t (all zero for triples without local instances);
 - ``evaluate``: scalar metrics and, with golden rules, per-rule logic counts (K_g,) for the seen/unseen tests
   of the rule model and of the backbone alone, and per-test-document counts (:data:`DOC_ARRAYS`: true
   positives, predictions, gold facts, true positives in train; logic body/correct counts per rule) that the
@@ -22,7 +23,8 @@ Client → server:
 Server → client, ``evaluate`` only (after the round's aggregation, :data:`EVAL_REQUEST_SCHEMA`):
 ``global_posterior`` (T, J) the instance-weighted mean of the clients' posteriors (the aggregated posterior of
 Eq. 10 that the ``transfer: prior`` route scores unseen cells with) and, with ``transfer: published``,
-``published_weights`` (T, J), ``published_bias`` (T,) and ``published_mask`` (T,) (the owners' mean scorer).
+``published_weights`` (T, J), ``published_bias`` (T,) and ``published_mask`` (T,) (the owners' mean scorer),
+``published_recal_slope`` / ``published_recal_bias`` (T,) (the owners' mean recalibration-only (u_t, b_t)).
 
 The runner validates every reply (distributions: non-negative, rows sum to 1 over the mask, masked entries 0,
 finite) and rejects undeclared fields — the privacy boundary: only probabilities, ids and counts leave a
@@ -111,7 +113,7 @@ def scorer_options_from(config: Mapping[str, Any], default: ScorerOptions) -> Sc
 TRANSFER_ROUTES = ("prior", "published")
 #: Fields a client adds to its ``train`` reply under ``transfer: published`` (float parameters, not
 #: distributions: the only such fields that may leave a client).
-PUBLISHED_FIELDS = ("scorer_weights", "scorer_bias")
+PUBLISHED_FIELDS = ("scorer_weights", "scorer_bias", "recal_slope", "recal_bias")
 
 STATS_METRICS = ("num_examples", "triples", "bodies", "documents", "extra_edges", "skipped_untyped", "time_s")
 STATS_SCHEMA = Schema(
@@ -182,6 +184,8 @@ def train_schema(transfer: str) -> Schema:
             *_TRAIN_ARRAYS,
             ArraySpec("scorer_weights", "weights", "float", ("T", "J")),
             ArraySpec("scorer_bias", "weights", "float", ("T",)),
+            ArraySpec("recal_slope", "weights", "float", ("T",)),
+            ArraySpec("recal_bias", "weights", "float", ("T",)),
         ),
         metrics=TRAIN_METRICS,
     )
@@ -195,13 +199,17 @@ EVAL_REQUEST_SCHEMA = Schema(
         ArraySpec("published_weights", "weights", "float", ("T", "J"), required=False),
         ArraySpec("published_bias", "weights", "float", ("T",), required=False),
         ArraySpec("published_mask", "mask", "bool", ("T",), required=False),
+        ArraySpec("published_recal_slope", "weights", "float", ("T",), required=False),
+        ArraySpec("published_recal_bias", "weights", "float", ("T",), required=False),
     ),
     any_config=True,
 )
 
 #: Evaluated models (metric prefixes), all from one fitted state: the full FedNSL model (""), the backbone
-#: alone, per-triple recalibration only (φ zeroed: a_t·x_r + b_t on seen cells, a pooled a·x_r + b on unseen
-#: cells — the "no transfer" unseen scorer), and each transfer route on the unseen cells.
+#: alone, recalibration only (the scorer's own fit with φ zeroed, u_t·x_r + b_t: the client's own (u_t, b_t) on
+#: seen cells; on unseen cells the owners' published mean (ū_t, b̄_t) under ``transfer: published`` — the route
+#: of the rule weights — else, and for unpublished triples, the client's pooled (u, b)), and each transfer
+#: route on the unseen cells.
 EVAL_VARIANTS = ("", "backbone_", "recal_", "prior_", "published_")
 _PRF = ("f1", "precision", "recall", "ign_f1", "tp", "n_pred", "n_gold", "tp_in_train")
 EVAL_METRICS = (

@@ -52,7 +52,8 @@ COLOURS = {"FedNSL": "tab:blue", "recalibration only": "tab:orange", "backbone":
 MODELS = (("FedNSL", ""), ("recalibration only", "recal_"), ("backbone", "backbone_"))
 #: One marker and line weight per model, drawn bottom to top: the backbone wide and pale underneath, the
 #: recalibration thinner with hollow markers above it, the rule model on top, so that lines with equal values
-#: (recalibration only = backbone on the unseen cells, for instance) stay visible one inside the other.
+#: (recalibration only = backbone where the recalibration keeps the backbone's ranking, for instance) stay
+#: visible one inside the other.
 STYLES: dict[str, dict[str, Any]] = {
     "backbone": {"marker": "^", "ms": 9, "lw": 4.0, "alpha": 0.55, "zorder": 2},
     "recalibration only": {"marker": "s", "ms": 6, "lw": 1.8, "mfc": "none", "mew": 1.5, "zorder": 3},
@@ -120,10 +121,11 @@ def fednsl_figure(curves: Mapping[str, list[tuple[int, float]]], subtitle: str =
 
 def plot_fednsl(run_dir: Path | str) -> Path | None:
     """RUN_DIR/plots/fednsl_f1_logic.png — the claim: the rule model (seen: per-triple rules; unseen: the
-    transfer route) against recalibration only (φ zeroed) and the backbone alone, seen and unseen, F1 and logic
+    transfer route) against recalibration only (φ zeroed; on unseen cells transferred as the rules) and the
+    backbone alone, seen and unseen, F1 and logic
     accuracy (the paper's Fig. 2 b1–b2); a third panel for the data-poor clients of the shared split.  Titled
     with the data the run used; lines with equal values are drawn one inside the other and the legend says so
-    ("recalibration only, unseen (= backbone, unseen)")."""
+    (e.g. "recalibration only, unseen (= backbone, unseen)")."""
     run_dir = Path(run_dir)
     fig = fednsl_figure(evaluate_curves(run_dir), run_subtitle(run_config(run_dir)))
     if fig is None:

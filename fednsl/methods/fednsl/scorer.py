@@ -26,12 +26,17 @@ bodies that the server sent (the aggregated posterior for ``transfer: prior``):
 
     s_i = κ · Σ_j G_tj φ_ij + κ_top · max_{j ∈ top-k(G_t)} φ_ij + κ_u · x_r(h, t) + β
 
+(the κ_u·x_r term is kept with or without ``pass_through``: the backbone's own value is never diluted by G)
+
 or, with ``transfer: published``, the owners' mean scorer s_i = Σ_j W̄_tj φ_ij + b̄_t (:func:`published_logits`).
-The recalibration-only baseline (:func:`fit_recalibration`) zeroes φ: s_i = a_t·x_r(h, t) + c_t per triple.
+The recalibration-only baseline (:func:`fit_recalibration`) is this same fit with φ zeroed: s_i = u_t·x_r(h, t)
++ b_t per triple, the same BCE, ½δ u_t² and optimizer; under ``transfer: published`` its unseen cells use the
+owners' mean (ū_t, b̄_t), the route the rule weights take (:func:`recalibration_logits`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -59,6 +64,7 @@ __all__ = [
     "transfer_features",
     "Recalibration",
     "fit_recalibration",
+    "recalibration_logits",
     "published_logits",
     "kl_prior",
     "posterior_log_prior",
@@ -411,8 +417,9 @@ def reference_objective(
 
 @dataclass
 class Recalibration:
-    """Recalibration only (φ zeroed): per-triple slope a (T,) and intercept c (T,) on x_r, fitted (T,) bool, and
-    one pooled (a, c) over all the client's cells (used where a triple has no local instances)."""
+    """Recalibration only (φ zeroed): the scorer's own fit of s_i = u_t·x_r(h, t) + b_t per triple — slope u (T,),
+    bias b (T,), fitted (T,) bool — and one pooled (u, b) over all the client's cells (the fallback where no
+    per-triple or published pair exists)."""
 
     slope: torch.Tensor
     intercept: torch.Tensor
@@ -420,7 +427,7 @@ class Recalibration:
     pooled: tuple[float, float] = (1.0, 0.0)
 
     def logits(self, inst: Instances, per_triple: bool = True) -> torch.Tensor:
-        """Logits (M,) float64: a_t·x + c_t where fitted (and ``per_triple``), else the pooled a·x + c."""
+        """Logits (M,) float64: u_t·x + b_t where fitted (and ``per_triple``), else the pooled u·x + b."""
         x = inst.passthrough.double()
         pooled = self.pooled[0] * x + self.pooled[1]
         if not per_triple or len(inst) == 0:
@@ -429,33 +436,45 @@ class Recalibration:
         return torch.where(self.fitted[inst.tri], own, pooled)
 
 
-def _logistic_lbfgs(x: torch.Tensor, y: torch.Tensor, group: torch.Tensor, groups: int, steps: int) -> torch.Tensor:
-    """(groups, 2) (slope, intercept) of a logistic regression of y on x per group (L2 1e-4 on the slope)."""
-    theta = torch.zeros(groups, 2, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max(1, steps), line_search_fn="strong_wolfe")
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        s = theta[group, 0] * x + theta[group, 1]
-        loss = F.binary_cross_entropy_with_logits(s, y, reduction="mean") + 1e-4 * (theta[:, 0] ** 2).sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return theta.detach()
+def _passthrough_only(inst: Instances, tri: torch.Tensor) -> Instances:
+    """The instances with φ zeroed (one empty body column) on triple ids ``tri``."""
+    return Instances(torch.zeros(len(inst), 1), inst.passthrough, tri, inst.y, inst.weight)
 
 
-def fit_recalibration(inst: Instances, num_triples: int, steps: int = 100) -> Recalibration:
-    """Recalibration-only baseline: a_t·x_r + c_t per triple and a pooled a·x_r + c, by L-BFGS on BCE."""
-    fitted = inst.counts_per_triple(num_triples) > 0
+def fit_recalibration(
+    inst: Instances, rules: Proposal, opts: ScorerOptions, generator: torch.Generator | None = None
+) -> Recalibration:
+    """Recalibration-only baseline: :func:`fit_scorer` itself with φ zeroed and the pass-through feature on
+    (s_i = u_t·x_r + b_t), the same BCE mean, the same ½δ‖u‖² (Eq. 2 without rules, hence without the KL of
+    Eq. 11), the same optimizer, tolerance and bias start; plus one pooled (u, b) fitted the same way with every
+    cell on one triple."""
+    T = rules.num_heads
+    fitted = inst.counts_per_triple(T) > 0
     if len(inst) == 0:
-        return Recalibration(torch.ones(num_triples), torch.zeros(num_triples), fitted)
-    x, y = inst.passthrough.double(), inst.y.double()
-    per = _logistic_lbfgs(x, y, inst.tri, num_triples, steps)
-    pooled = _logistic_lbfgs(x, y, torch.zeros_like(inst.tri), 1, steps)[0]
-    if not bool(torch.isfinite(per).all()):
-        per = torch.nan_to_num(per, nan=0.0, posinf=0.0, neginf=0.0)
-    return Recalibration(per[:, 0], per[:, 1], fitted, (float(pooled[0]), float(pooled[1])))
+        return Recalibration(torch.ones(T, dtype=torch.float64), torch.zeros(T, dtype=torch.float64), fitted)
+    gen = torch.Generator().manual_seed(0) if generator is None else generator
+    ropts = dataclasses.replace(opts, pass_through=True, kl_weight=0.0)
+    none = Proposal(
+        rules.heads,
+        torch.zeros(T, 1, rules.bodies.shape[2], dtype=rules.bodies.dtype),
+        torch.zeros(T, 1, dtype=torch.float64),
+        torch.zeros(T, 1, dtype=rules.counts.dtype),
+        torch.zeros(T, 1, dtype=torch.bool),
+    )
+    per = fit_scorer(_passthrough_only(inst, inst.tri), none, ropts, gen)
+    one = Proposal(none.heads[:1], none.bodies[:1], none.log_prior[:1], none.counts[:1], none.mask[:1])
+    pooled = fit_scorer(_passthrough_only(inst, torch.zeros_like(inst.tri)), one, ropts, gen)
+    u, b = per.passthrough.double(), per.bias.double()
+    if not (bool(torch.isfinite(u).all()) and bool(torch.isfinite(b).all())):
+        u, b = torch.nan_to_num(u), torch.nan_to_num(b)
+    return Recalibration(u, b, fitted, (float(pooled.passthrough[0]), float(pooled.bias[0])))
+
+
+def recalibration_logits(inst: Instances, slope: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Logits (M,) float64 of a published recalibration: u_t·x_r + b_t (the owners' mean (u_t, b_t))."""
+    if len(inst) == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    return slope.double()[inst.tri] * inst.passthrough.double() + bias.double()[inst.tri]
 
 
 def published_logits(inst: Instances, weights: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -482,16 +501,20 @@ def fit_transfer(
     inst: Instances, rules: Proposal, opts: ScorerOptions, dist: torch.Tensor | None = None
 ) -> TransferScorer:
     """Fit (κ, κ_top, κ_u, β) by BCE with L-BFGS from (1, 0, 1, 0) (deterministic; no randomness). ``dist``
-    (T, J): the distribution G over bodies (default: the KL prior of the round's rule set)."""
+    (T, J): the distribution G over bodies (default: the KL prior of the round's rule set).
+
+    The backbone's own value x_r keeps its term κ_u·x_r whatever ``pass_through`` says: with ``pass_through:
+    false`` x_r reaches the per-triple scorer as the body [r], but here it would only count with the weight G_t of
+    [r] inside κ·Σ_j G_tj φ_ij — diluted by the other bodies' evidence, which is what put the ``prior`` route
+    below the backbone on unseen cells (issue 33)."""
     if len(inst) == 0:
         return TransferScorer()
     prior = kl_prior(rules, opts) if dist is None else dist.double()
     f = transfer_features(inst, prior, opts.transfer_top)
-    x = inst.passthrough.double() if opts.pass_through else torch.zeros(len(inst), dtype=torch.float64)
-    X = torch.cat([f, x[:, None]], 1)
+    X = torch.cat([f, inst.passthrough.double()[:, None]], 1)
     y = inst.y.double()
     wt = None if inst.weight is None else inst.weight.double()
-    theta = torch.tensor([1.0, 0.0, 1.0 if opts.pass_through else 0.0], dtype=torch.float64, requires_grad=True)
+    theta = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64, requires_grad=True)
     beta = torch.zeros(1, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([theta, beta], lr=1.0, max_iter=max(1, opts.transfer_steps), line_search_fn="strong_wolfe")
 
@@ -506,7 +529,7 @@ def fit_transfer(
     b = float(beta.detach())
     if not (bool(torch.isfinite(k).all()) and math.isfinite(b)):
         return TransferScorer()
-    return TransferScorer(float(k[0]), float(k[1]), float(k[2]) if opts.pass_through else 0.0, b)
+    return TransferScorer(float(k[0]), float(k[1]), float(k[2]), b)
 
 
 def predict_logits(
@@ -523,8 +546,7 @@ def predict_logits(
     prior = kl_prior(rules, opts) if dist is None else dist.double()
     f = transfer_features(inst, prior, opts.transfer_top)
     s_transfer = transfer.kappa * f[:, 0] + transfer.kappa_top * f[:, 1] + transfer.beta
-    if opts.pass_through:
-        s_transfer = s_transfer + transfer.kappa_pass * inst.passthrough.double()
+    s_transfer = s_transfer + transfer.kappa_pass * inst.passthrough.double()
     if fitted is None or not personalised:
         return s_transfer
     s_fit = _logits(

@@ -142,6 +142,8 @@ class FedNSLStrategy(RuleLearningStrategy):
         pub_w = torch.zeros(T, J, dtype=torch.float64)
         pub_b = torch.zeros(T, dtype=torch.float64)
         pub_n = torch.zeros(T, dtype=torch.float64)
+        rec_u = torch.zeros(T, dtype=torch.float64)
+        rec_b = torch.zeros(T, dtype=torch.float64)
         iterations: list[float] = []
         for cid, msg in u.replies.items():
             wgt = u.posteriors[cid][1]
@@ -149,6 +151,9 @@ class FedNSLStrategy(RuleLearningStrategy):
                 pub_w += torch.as_tensor(msg.arrays["scorer_weights"], dtype=torch.float64) * p.mask * wgt[:, None]
                 pub_b += torch.as_tensor(msg.arrays["scorer_bias"], dtype=torch.float64) * wgt
                 pub_n += wgt
+                if "recal_slope" in msg.arrays and "recal_bias" in msg.arrays:
+                    rec_u += torch.as_tensor(msg.arrays["recal_slope"], dtype=torch.float64) * wgt
+                    rec_b += torch.as_tensor(msg.arrays["recal_bias"], dtype=torch.float64) * wgt
             if "scorer_iterations" in msg.metrics:
                 iterations.append(float(msg.metrics["scorer_iterations"]))
         self.round_aggregate = {
@@ -156,6 +161,8 @@ class FedNSLStrategy(RuleLearningStrategy):
             "published_weights": pub_w / pub_n.clamp_min(1e-300)[:, None],
             "published_bias": pub_b / pub_n.clamp_min(1e-300),
             "published_mask": pub_n > 0,
+            "published_recal_slope": rec_u / pub_n.clamp_min(1e-300),
+            "published_recal_bias": rec_b / pub_n.clamp_min(1e-300),
         }
         self.aggregate_round = u.rnd
         out: Metrics = {
@@ -205,7 +212,13 @@ class FedNSLStrategy(RuleLearningStrategy):
         if self.round_aggregate is not None and self.aggregate_round == rnd:
             arrays["global_posterior"] = self.round_aggregate["global_posterior"].numpy()
             if self.cfg.transfer == "published":
-                for k in ("published_weights", "published_bias", "published_mask"):
+                for k in (
+                    "published_weights",
+                    "published_bias",
+                    "published_mask",
+                    "published_recal_slope",
+                    "published_recal_bias",
+                ):
                     arrays[k] = self.round_aggregate[k].numpy()
         return Message("evaluate", rnd, arrays=arrays, config=scorer_config(self.cfg.scorer_options()))
 

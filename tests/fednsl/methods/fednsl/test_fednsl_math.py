@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 import torch
 
-from fednsl.methods.fednsl.evaluation import PRF, best_threshold, logic_counts, logic_from_counts, prf_counts
+from fednsl.methods.fednsl.evaluation import (
+    PRF,
+    best_threshold,
+    document_logic_counts,
+    logic_counts,
+    logic_from_counts,
+    prf_counts,
+)
 from fednsl.methods.fednsl.messages import ScorerOptions
 from fednsl.methods.fednsl.scorer import (
     FittedScorer,
@@ -18,6 +26,7 @@ from fednsl.methods.fednsl.scorer import (
     fit_transfer,
     posterior_of,
     predict_logits,
+    transfer_features,
 )
 from fednsl.tasks.rule_learning import Proposal
 from rules.measures import logic_accuracy
@@ -82,8 +91,17 @@ def test_bias_cancels_and_zero_evidence_gives_prior() -> None:
     phi = torch.zeros(1, 4, dtype=torch.float64)
     tri = torch.tensor([0])
     for b in (0.0, 5.0):
-        h = score_h(phi, tri, torch.tensor([1.0]), d["w"], torch.tensor([b], dtype=torch.float64), d["log_prior"],
-                    d["counts"], d["mask"], False)
+        h = score_h(
+            phi,
+            tri,
+            torch.tensor([1.0]),
+            d["w"],
+            torch.tensor([b], dtype=torch.float64),
+            d["log_prior"],
+            d["counts"],
+            d["mask"],
+            False,
+        )
         q = instance_log_posterior(h, tri, d["counts"], d["mask"], False).exp()[0, :3]
         np.testing.assert_allclose(q.numpy(), PRIOR, rtol=1e-12)
 
@@ -216,9 +234,31 @@ def test_fit_is_seeded_and_transfer_predicts() -> None:
     expect_transfer = tr.kappa * f + tr.kappa_top * best + tr.kappa_pass * inst.passthrough.double() + tr.beta
     sel = inst.tri == 1
     np.testing.assert_allclose(logits[sel].numpy(), expect_transfer[sel].numpy(), rtol=1e-10)
-    s0 = (inst.phi.double() * a.weights.double()[inst.tri]).sum(-1) + a.bias.double()[inst.tri] \
+    s0 = (
+        (inst.phi.double() * a.weights.double()[inst.tri]).sum(-1)
+        + a.bias.double()[inst.tri]
         + a.passthrough.double()[inst.tri] * inst.passthrough.double()
+    )
     np.testing.assert_allclose(logits[~sel].numpy(), s0[~sel].numpy(), rtol=1e-10)
+
+
+def test_transfer_keeps_the_backbone_value_without_pass_through() -> None:
+    """With ``pass_through: false`` the transfer scorer still fits κ_u·x_r: labels that follow x_r alone, bodies
+    that are noise, give κ_u > 0 and transfer logits that rank the cells as x_r does (issue 33)."""
+    rules = rule_set()
+    g = torch.Generator().manual_seed(0)
+    M = 400
+    x = torch.rand(M, generator=g, dtype=torch.float64)
+    y = (torch.rand(M, generator=g, dtype=torch.float64) < torch.sigmoid(8 * x - 4)).double()
+    phi = torch.rand(M, rules.num_bodies, generator=g, dtype=torch.float64) * rules.mask[0]
+    inst = Instances(phi, x, torch.zeros(M, dtype=torch.long), y)
+    opts = ScorerOptions(pass_through=False)
+    tr = fit_transfer(inst, rules, opts)
+    assert tr.kappa_pass > 2.0
+    logits = predict_logits(inst, rules, None, tr, opts)
+    f = transfer_features(inst, rules.prior("renormalised"), opts.transfer_top)
+    expect = tr.kappa * f[:, 0] + tr.kappa_top * f[:, 1] + tr.kappa_pass * x + tr.beta
+    np.testing.assert_allclose(logits.numpy(), expect.numpy(), rtol=1e-10)
 
 
 def test_empty_instances_fit_without_error() -> None:
@@ -278,3 +318,75 @@ def test_logic_counts_match_rules_measures_and_masking() -> None:
     assert body.tolist() == [1] and correct.tolist() == [1]
     assert logic_from_counts(np.array([0, 2, 4]), np.array([0, 1, 4])) == pytest.approx(0.75)
     assert math.isnan(logic_from_counts(np.zeros(2), np.zeros(2)))
+
+
+def _brute_logic(
+    pred: np.ndarray, rules: Sequence[tuple[int, Sequence[int]]], mask: np.ndarray
+) -> tuple[list[int], list[int]]:
+    """Body / body∧head counts by enumerating every path x → z_1 → … → y over the predicted relations."""
+    n, _, R = pred.shape
+
+    def holds(tok: int, a: int, b: int) -> bool:
+        return bool(pred[a, b, tok]) if tok < R else bool(pred[b, a, tok - R])
+
+    body, corr = [], []
+    for head, toks in rules:
+        nb = nc = 0
+        for x in range(n):
+            for y in range(n):
+                if not mask[x, y]:
+                    continue
+                found = False
+                stack = [(x, 0)]
+                while stack and not found:
+                    node, i = stack.pop()
+                    for z in range(n):
+                        if holds(toks[i], node, z):
+                            if i == len(toks) - 1:
+                                found = found or z == y
+                            else:
+                                stack.append((z, i + 1))
+                nb += found
+                nc += found and bool(pred[x, y, head])
+        body.append(nb)
+        corr.append(nc)
+    return body, corr
+
+
+def test_document_logic_composes_over_the_full_predictions_like_a_brute_force_count() -> None:
+    """A hand-made 4-entity document, R = 2: the seen part predicts r0(0,1), the unseen part r0(1,2) and r1(0,2).
+    The rule r1 ← r0 ∘ r0 has its body at (0, 2) only through both parts; counted at the unseen pairs it fires once
+    and is correct; the per-part composition (the old count) never sees it."""
+    R = 2
+    seen = np.zeros((4, 4, R), bool)
+    unseen = np.zeros((4, 4, R), bool)
+    seen[0, 1, 0] = True
+    unseen[1, 2, 0] = True
+    unseen[0, 2, 1] = True
+    unseen[3, 2, 1] = True
+    m_seen = np.zeros((4, 4), bool)
+    m_seen[0, 1] = m_seen[1, 0] = m_seen[0, 3] = True
+    m_unseen = np.zeros((4, 4), bool)
+    m_unseen[0, 2] = m_unseen[1, 2] = m_unseen[3, 2] = m_unseen[2, 0] = True
+    rules = [(1, (0, 0)), (0, (1, 3)), (1, (2, 1))]  # r1 ← r0∘r0, r0 ← r1∘r1⁻¹, r1 ← r0⁻¹∘r1
+    body, corr = document_logic_counts([seen, unseen], m_unseen, rules)
+    ref = _brute_logic(seen | unseen, rules, m_unseen)
+    assert body.tolist() == ref[0] and corr.tolist() == ref[1]
+    assert body[0] == 1 and corr[0] == 1
+    old_body, _ = logic_counts([unseen], rules, [m_unseen])
+    assert old_body[0] == 0
+    for mask in (m_seen, np.ones((4, 4), bool) & ~np.eye(4, dtype=bool)):
+        body, corr = document_logic_counts([seen, unseen], mask, rules)
+        ref = _brute_logic(seen | unseen, rules, mask)
+        assert body.tolist() == ref[0] and corr.tolist() == ref[1]
+    # random documents: the union equals the brute force count over every pair
+    g = np.random.default_rng(0)
+    for _ in range(5):
+        a, b = g.random((5, 5, 3)) < 0.2, g.random((5, 5, 3)) < 0.2
+        mask = g.random((5, 5)) < 0.6
+        rs = [
+            (int(g.integers(3)), tuple(int(t) for t in g.integers(0, 6, size=int(g.integers(1, 4))))) for _ in range(4)
+        ]
+        body, corr = document_logic_counts([a, b], mask, rs)
+        ref = _brute_logic(a | b, rs, mask)
+        assert body.tolist() == ref[0] and corr.tolist() == ref[1]
