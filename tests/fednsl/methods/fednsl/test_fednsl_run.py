@@ -292,6 +292,17 @@ def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
     moved = client.score_unseen(Message("evaluate", 1, arrays=scaled, config=ev.config))
     assert not np.allclose(moved["published"], base["published"])
     np.testing.assert_allclose(moved["prior"], base["prior"])  # the prior route does not read them
+    np.testing.assert_allclose(moved["recal"], base["recal"])  # nor does the recalibration baseline
+    # the recalibration-only baseline takes the same route with the owners' mean (u_t, b_t)
+    use = ev.arrays["published_mask"][unseen.tri.numpy()]
+    u, b = ev.arrays["published_recal_slope"], ev.arrays["published_recal_bias"]
+    expect = u[unseen.tri.numpy()] * unseen.passthrough.double().numpy() + b[unseen.tri.numpy()]
+    np.testing.assert_allclose(base["recal"][use], expect[use], rtol=1e-10)
+    assert (ev.arrays["published_recal_slope"][ev.arrays["published_mask"]] != 0).any()
+    rescaled = {**ev.arrays, "published_recal_slope": u * 2.0}
+    recal_moved = client.score_unseen(Message("evaluate", 1, arrays=rescaled, config=ev.config))
+    assert not np.allclose(recal_moved["recal"][use], base["recal"][use])
+    np.testing.assert_allclose(recal_moved["published"], base["published"])
     # the prior route scores them with the aggregated posterior the server sent
     gp = ev.arrays["global_posterior"].copy()
     mask = ev.arrays["mask"]
@@ -305,6 +316,8 @@ def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
     bare = {k: v for k, v in ev.arrays.items() if not k.startswith(("global_", "published_"))}
     alone = client.score_unseen(Message("evaluate", 1, arrays=bare, config=ev.config))
     np.testing.assert_allclose(alone["published"], alone["prior"])
+    assert client._fit is not None
+    np.testing.assert_allclose(alone["recal"], client._fit.recal.logits(unseen, False).numpy())  # pooled (u, b)
     assert not np.allclose(alone["published"], base["published"])
 
 
