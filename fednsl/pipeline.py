@@ -38,7 +38,7 @@ from fednsl.federation.tracking import (
 )
 from fednsl.plots import plot_run
 from fednsl.registry import ENGINE_TABLE, METHODS, Registry, load_methods, normalize
-from fednsl.rule_counts import count_rules
+from fednsl.rule_counts import count_rules, order_rules
 from rules import progress as rule_progress
 
 log = logging.getLogger("fednsl")
@@ -113,7 +113,8 @@ def train(
 
     RUN_DIR holds config.yaml, metrics.jsonl/.csv, checkpoints/, plots/, summary.json, run.log
     and method outputs (e.g. rules.json/rules.tsv for rule-learning methods, with confidence counts added at the
-    end by :func:`fednsl.rule_counts.count_rules`). With ``resume``, ``start_over`` sets unreadable checkpoints
+    end by :func:`fednsl.rule_counts.count_rules`, and on fednsl-kg runs the rules' reading order by
+    :func:`fednsl.rule_counts.order_rules`). With ``resume``, ``start_over`` sets unreadable checkpoints
     and their metrics aside instead of refusing (:mod:`fednsl.federation.resume`). ``progress``: progress bars
     (shown only on a terminal, :func:`fednsl.federation.tracking.progress_bar`).
     """
@@ -242,6 +243,8 @@ def _train(
         else:
             log.warning("confidence counts not added: %s", exc)
         counts = None
+    # a fednsl-kg run's rules.json gets its reading order, and rules.tsv is written in it (rules list's order)
+    order = order_rules(run_dir, config, built)
     with writing(run_dir / "plots"):
         plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
     # every plot of the run: the generic metrics.png and the method's own (written when it finalised)
@@ -263,6 +266,8 @@ def _train(
     }
     if counts is not None:
         summary["rule_counts"] = counts.to_json()
+    if order is not None:
+        summary["rule_order"] = order.to_json()
     extra = getattr(fed.strategy, "summary_metrics", None)
     if callable(extra):  # method-defined top-level entries (e.g. fednsl-kg's test_mrr)
         summary.update(extra())

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from fednsl.cli.errors import BadInput, one_line
 if TYPE_CHECKING:  # the rule layer (numpy, scipy; torch for explain) loads when a subcommand runs, not for --help
     from rules.fol import RelationVocab
     from rules.formats import ScoredRule
+    from rules.reading_order import Shown, Training
     from rules.store import RuleRow, RuleStore
 
 RUN_DIR = click.Path(exists=True, file_okay=True, dir_okay=True, path_type=Path)
@@ -100,7 +100,7 @@ def _check_head(store: RuleStore, head: str | None) -> None:
 
 
 def _rows_text(
-    store: RuleStore, rows: list[RuleRow], client: str | None, groups: dict[int, _Shown] | None = None
+    store: RuleStore, rows: list[RuleRow], client: str | None, groups: dict[int, Shown] | None = None
 ) -> str:
     """The rows as text tables per triple; with ``groups`` (row position → its rule group) one line per
     canonical rule with a ``variants`` column and ``[uses head]`` / ``[detour]`` marks."""
@@ -151,7 +151,7 @@ def _rows_text(
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _rows_tsv(rows: list[RuleRow], groups: dict[int, _Shown] | None = None) -> str:
+def _rows_tsv(rows: list[RuleRow], groups: dict[int, Shown] | None = None) -> str:
     cols = ["triple", "rule", "probability", "prior", "posterior", "client", "client_posterior", "weight"]
     mcols = ["support", "body_size", "pca_body_size", "head_size", "std_confidence", "pca_confidence", "head_coverage"]
     gcols = ["variants", "uses_head", "detour", "explains", "loo_conf"] if groups is not None else []
@@ -231,24 +231,32 @@ def list_rules(
     confidence. Rules that explain nothing new follow, by probability; rules that make a step there and back
     (x, ~x) are marked [detour], rules whose body uses the head relation (or an equivalent) are marked
     [uses head] and listed last. --sort posterior keeps the probability order; --all lists every stored rule
-    as stored.
+    as stored. A fednsl-kg run records this order at its end (rules.json; rules.tsv and `rules export` follow
+    it), and the list reads it from there; --client, another --threshold, or a run without it measure it again
+    on the training triples rebuilt from RUN_DIR/config.yaml.
     """
     from rules.fol import RuleSyntaxError
+    from rules.reading_order import grouped, recorded_equivalences, recorded_groups
 
     store = _load(run_dir)
     if client is not None and client not in store.clients:
         raise BadInput(f"--client: client {client!r} not in the store; clients: {', '.join(store.clients) or 'none'}")
     _check_head(store, head)
-    data = None if show_all else _kg_training(run_dir, store)
-    eq = None if data is None else _kg_equivalences(store, data, threshold)
+    # the reading order recorded at the end of a fednsl-kg run (rules.tsv's): no need to rebuild the KG
+    eq = None if show_all or client is not None else recorded_equivalences(store, threshold)
+    data = None if show_all or eq is not None else _kg_training(run_dir, store)
+    if eq is None and data is not None:
+        eq = _kg_equivalences(store, data, threshold)
     try:
         rows = store.rows(head=head, client=client, top=top if eq is None else None)
     except (RuleSyntaxError, ValueError) as err:
         raise BadInput(f"{_store_path(run_dir)}: {one_line(err)}") from err
     groups = None
-    if eq is not None:
-        training = data if isinstance(data, _KGTraining) and sort == "contribution" else None
-        rows, groups = _grouped(store, rows, eq, top, training)
+    if eq is not None and data is None and sort == "contribution":
+        rows, groups = recorded_groups(store, rows, top)
+    elif eq is not None:
+        training = data if not isinstance(data, bool) and sort == "contribution" else None
+        rows, groups = grouped(store, rows, eq, top, training)
     if fmt == "json":
         items = [r.to_json() for r in rows]
         if groups is not None:
@@ -268,25 +276,15 @@ def list_rules(
         click.echo(_rows_text(store, rows, client, groups), nl=False)
 
 
-@dataclass(frozen=True)
-class _KGTraining:
-    """A fednsl-kg run's training triples (all clients), rebuilt from RUN_DIR/config.yaml, as a graph."""
-
-    triples: Any  # (n, 3) int64
-    graph: Any  # kg.grounding.sparse.SparseGraph
-
-
-def _kg_training(run_dir: Path, store: RuleStore) -> _KGTraining | bool | None:
-    """The training data of a fednsl-kg run (the KG rebuilt from RUN_DIR/config.yaml as ``rules explain`` does);
-    None for other runs; False, with a note on stderr, when the KG cannot be rebuilt (rules are then still
-    grouped by their exact body, and marked)."""
-    import numpy as np
-
-    from kg.grounding.sparse import SparseGraph
+def _kg_training(run_dir: Path, store: RuleStore) -> Training | bool | None:
+    """The training data of a fednsl-kg run (the KG rebuilt from RUN_DIR/config.yaml as ``rules explain`` does,
+    :func:`fednsl.rule_counts.kg_training`); None for other runs; False, with a note on stderr, when the KG
+    cannot be rebuilt (rules are then still grouped by their exact body, and marked)."""
+    from fednsl.rule_counts import KG_METHOD, kg_training
 
     config = _run_config(run_dir)
     method = getattr(config, "method", None) or store.meta.get("method")
-    if method != "fednsl-kg":
+    if method != KG_METHOD:
         return None
     if config is None:
         click.echo(
@@ -294,95 +292,17 @@ def _kg_training(run_dir: Path, store: RuleStore) -> _KGTraining | bool | None:
         )
         return False
     try:
-        parts, _ = _kg_parts(config, store)
-        triples = np.concatenate([p.train for p in parts])
-        graph = SparseGraph.from_triples(triples, parts[0].num_entities, len(store.relations))
+        return kg_training(config, store)
     except (OSError, ValueError, KeyError, TypeError) as err:
         click.echo(f"note: relation equivalences and contributions not measured ({one_line(err)})", err=True)
         return False
-    return _KGTraining(triples, graph)
 
 
-def _kg_parts(config: Any, store: RuleStore) -> tuple[list[Any], str]:
-    """The KG parts of a fednsl-kg run rebuilt from its config (and the KG's name); ValueError (or the loader's
-    OSError) when they cannot be, or do not match the rule store's relations."""
-    from fednsl.methods.fednsl_kg import KGDataConfig, load_parts
-    from fednsl.registry import build_kwargs
-
-    parts, _, kg_name = load_parts(build_kwargs(KGDataConfig, config.data, "data (fednsl-kg)"), int(config.seed))
-    if not parts:
-        raise ValueError("the run's config.yaml gives no KG part")
-    if tuple(parts[0].relations) != tuple(store.relations):
-        raise ValueError(
-            f"the KG rebuilt from config.yaml ({parts[0].num_relations} relations) does not match the rule "
-            f"store's {len(store.relations)} relations: was the data changed after the run?"
-        )
-    return parts, kg_name
-
-
-def _kg_equivalences(store: RuleStore, data: _KGTraining | bool, threshold: float) -> dict[int, int]:
+def _kg_equivalences(store: RuleStore, data: Training | bool, threshold: float) -> dict[int, int]:
     """Token → representative measured on the run's training triples (identity when they are unknown)."""
-    from rules.identity import equivalences
+    from rules.reading_order import store_equivalences
 
-    num_r = len(store.relations)
-    if not isinstance(data, _KGTraining):
-        return {t: t for t in range(2 * num_r + 1)}
-    return equivalences(data.triples, num_r, threshold)
-
-
-@dataclass(frozen=True)
-class _Shown:
-    """A canonical rule as the list shows it: how many stored rules it stands for, their texts (the shown one
-    left out), its marks, and what it explains beyond the rules above it (None: not measured)."""
-
-    variants: int
-    variant_rules: list[str]
-    uses_head: bool
-    detour: bool
-    of: int  # canonical rules of the triple (before --top)
-    explains: float | None = None  # share of the head's training facts it newly explains (rules.marginal)
-    loo_conf: float | None = None
-
-
-def _grouped(
-    store: RuleStore, rows: list[RuleRow], eq: dict[int, int], top: int | None, data: _KGTraining | None = None
-) -> tuple[list[RuleRow], dict[int, _Shown]]:
-    """One row per canonical rule of each triple (:func:`rules.identity.group_rules` on the rows' probabilities),
-    ranked by marginal contribution on the training ``data`` (:func:`rules.marginal.contributions`) when given,
-    at most ``top`` per triple, and row position → its group."""
-    from rules.identity import group_rules
-    from rules.marginal import contributions
-
-    num_r = len(store.relations)
-    by_triple: dict[Any, list[RuleRow]] = {}
-    for r in rows:
-        by_triple.setdefault(r.triple, []).append(r)
-    out: list[RuleRow] = []
-    groups: dict[int, _Shown] = {}
-    for triple, trows in by_triple.items():
-        head = int(triple[0]) % num_r
-        found = group_rules(head, [(r.tokens, r.probability) for r in trows], eq, num_r)
-        measured: dict[int, tuple[float, float]] = {}
-        if data is not None and found:
-            facts = data.triples[data.triples[:, 1] == head][:, [0, 2]]
-            tiers = [2 * g.uses_head + g.detour for g in found]  # plain rules, detours, then head-using ones
-            c = contributions(
-                data.graph,
-                head,
-                [tuple(t for t in g.body if t < 2 * num_r) for g in found],  # stay (padding) tokens dropped
-                facts,
-                tie=[g.score for g in found],
-                tiers=tiers,
-            )
-            n = max(c.facts, 1)
-            measured = {k: (float(c.gain[i]) / n, float(c.confidence[i])) for k, i in enumerate(c.order)}
-            found = [found[i] for i in c.order]
-        for k, g in enumerate(found[: top if top is not None else None]):
-            texts = [trows[i].rule for i in g.members if i != g.index]
-            explains, conf = measured.get(k, (None, None))
-            groups[len(out)] = _Shown(g.variants, texts, g.uses_head, g.detour, len(found), explains, conf)
-            out.append(trows[g.index])
-    return out, groups
+    return store_equivalences(store, None if isinstance(data, bool) else data, threshold)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -423,7 +343,9 @@ def export(run_dir: Path, fmt: str, out: str | None, head: str | None) -> None:
     """Export the learned rules for other rule engines (entity types merged: counts summed over triples).
 
     Rules with support 0 (counts recorded, and no pair of the run's training data satisfies body and head) are
-    never exported; stderr says how many were left out.
+    never exported; stderr says how many were left out. Each head's rules are in the order `rules list` shows
+    when the run recorded it (fednsl-kg: what each explains beyond the rules above it; a rule's other stored
+    forms right after it), else most probable first.
     """
     from rules.fol import RuleSyntaxError, format_rules
     from rules.formats import format_amie, format_anyburl, format_rnnlogic, without_zero_support
@@ -434,13 +356,19 @@ def export(run_dir: Path, fmt: str, out: str | None, head: str | None) -> None:
     if target is not None and not target.parent.is_dir():
         raise BadInput(f"--out: cannot write {target}: folder {target.parent} does not exist")
     note = "note: left out {} rules with support 0 (their body and head never hold together in the run's data)"
+    if store.meta.get("method") == "fednsl-kg" and not store.ranked:
+        click.echo(
+            f"note: no reading order recorded in {_store_path(run_dir)}: rules most probable first "
+            f"(`fednsl rules counts {run_dir}` records the order of `rules list`)",
+            err=True,
+        )
     try:
         if fmt == "json":
-            rows = store.rows(head=head)
+            rows = store.rows(head=head, ranked=True)
             kept = [r for r in rows if (r.measures or {}).get("support", 1) != 0]
             if len(kept) < len(rows):
                 click.echo(note.format(len(rows) - len(kept)), err=True)
-            _write(json.dumps([r.to_json() for r in kept], indent=1) + "\n", target)
+            _write(json.dumps([_export_item(store, r) for r in kept], indent=1) + "\n", target)
             return
         scored, _, skipped = store.scored_rules(head)
         scored, zero = without_zero_support(scored)
@@ -468,6 +396,19 @@ def export(run_dir: Path, fmt: str, out: str | None, head: str | None) -> None:
     _write(text, target)
 
 
+def _export_item(store: RuleStore, row: RuleRow) -> dict[str, Any]:
+    """A row of the json export; with a recorded reading order also its ``rank`` (1, 2, ... per triple, shared
+    by the stored forms of one rule) and, on the shown form, ``explains`` and ``loo_conf``."""
+    item = row.to_json()
+    for j, k, rule in store.triples[row.triple].reading_order() or []:
+        if j == row.index:
+            shown = rule.bodies[0] == j
+            item["rank"] = k + 1
+            item["explains"] = rule.explains if shown else None
+            item["loo_conf"] = rule.loo_conf if shown else None
+    return item
+
+
 # --- counts -----------------------------------------------------------------------------------
 
 
@@ -482,10 +423,12 @@ def counts(run_dir: Path, recount: bool) -> None:
     Each client's training documents are rebuilt from RUN_DIR/config.yaml (corpus and client split only, no
     backbone) and counted locally; the counts are summed. `fednsl train` does this at the end of a run; use this
     for runs made before it did. Afterwards `rules list` shows confidences and `rules export --format
-    anyburl|amie` writes the count columns.
+    anyburl|amie` writes the count columns. On a fednsl-kg run (whose clients record counts while training) it
+    records the rules' reading order instead when rules.json has none (`fednsl train` does this too), so that
+    rules.tsv and `rules export` follow the order of `rules list`.
     """
     from fednsl.config import load_config
-    from fednsl.rule_counts import count_rules
+    from fednsl.rule_counts import count_rules, order_rules
 
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
@@ -493,12 +436,16 @@ def counts(run_dir: Path, recount: bool) -> None:
     if not (run_dir / "rules.json").is_file():
         raise BadInput(f"{run_dir / 'rules.json'} not found: not the run of a rule-learning method")
     try:
-        report = count_rules(run_dir, load_config(str(config_path)), recount=recount)
+        config = load_config(str(config_path))
+        report = count_rules(run_dir, config, recount=recount)
+        order = order_rules(run_dir, config, again=recount)
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise BadInput(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from err
     assert report is not None  # rules.json exists
     click.echo(report.line())
-    if report.source == "computed":
+    if order is not None:
+        click.echo(order.line())
+    if report.source == "computed" or (order is not None and order.source == "computed"):
         click.echo(f"wrote {run_dir / 'rules.json'} and {run_dir / 'rules.tsv'}")
 
 
@@ -720,6 +667,7 @@ def _explain_kg(
 
     import numpy as np
 
+    from fednsl.rule_counts import kg_parts
     from kg.grounding.sparse import SparseGraph
     from rules.fol import RuleSyntaxError
     from rules.kg_explain import explain_kg, parse_head
@@ -730,7 +678,7 @@ def _explain_kg(
         hint = "; an inverse head reads ~REL or inv_REL"
         raise BadInput(f"{_option_error('--head', err).message}{hint}") from err
     try:
-        parts, kg_name = _kg_parts(config, store)
+        parts, kg_name = kg_parts(config, store.relations)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise BadInput(f"rebuilding the run's KG from config.yaml: {one_line(err)}") from err
     kg = parts[0]

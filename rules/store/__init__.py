@@ -7,7 +7,9 @@ the latest round (J_t padded token tuples, spec §2 step 1) with
 - the global (aggregated) posterior (spec §2 step 5),
 - each client's posterior (Eq. 9/10), scorer weights w_i (Eq. 8) and bias, number of local instances,
 - AMIE confidence counts (:class:`rules.measures.RuleCounts`), either set globally or per client -- counts are
-  additive, so the global counts default to the sum over the clients that reported them.
+  additive, so the global counts default to the sum over the clients that reported them;
+- optionally a reading order (:class:`RankedRule` per rule, measured by :mod:`rules.reading_order`), which
+  ``rules.tsv`` and the exports then follow instead of the posterior.
 
 A strategy calls :meth:`RuleStore.add_triple` when it broadcasts bodies and :meth:`RuleStore.record_client` /
 :meth:`RuleStore.record_global` when posteriors come back (or :meth:`RuleStore.record_round` once per round),
@@ -24,6 +26,7 @@ from rules.store.records import (
     VERSION,
     ClientId,
     ClientRecord,
+    RankedRule,
     RuleDiff,
     RuleRow,
     Triple,
@@ -38,6 +41,7 @@ __all__ = [
     "VERSION",
     "ClientId",
     "ClientRecord",
+    "RankedRule",
     "RuleDiff",
     "RuleRow",
     "RuleStore",

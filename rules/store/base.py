@@ -17,7 +17,9 @@ class StoreBase:
     """The store's state and naming: relation/type names plus one :class:`TripleRecord` per triple.
 
     relations: R relation names (token layout of :class:`rules.fol.RelationVocab`); types: entity type names
-    (None: shown as ids); body_length: L of the padded bodies (3); meta: free-form run information.
+    (None: shown as ids); body_length: L of the padded bodies (3); meta: free-form run information;
+    reading_order: how the recorded reading order of the triples (``TripleRecord.ranked``) was measured
+    (:mod:`rules.reading_order`), None when none is recorded.
     """
 
     relations: tuple[str, ...]
@@ -26,6 +28,7 @@ class StoreBase:
     triples: dict[Triple, TripleRecord] = field(default_factory=dict)
     rounds: list[int] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    reading_order: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.relations = tuple(self.relations)
@@ -63,6 +66,15 @@ class StoreBase:
 
     def rule_text(self, triple: Triple, tokens: Iterable[int]) -> str:
         return f"{self.relations[triple[0]]} <- {self.vocab.format_body(tokens)}"
+
+    @property
+    def ranked(self) -> bool:
+        """Whether a reading order is recorded for every triple (:mod:`rules.reading_order`)."""
+        return (
+            self.reading_order is not None
+            and bool(self.triples)
+            and all(rec.ranked is not None for rec in self.triples.values())
+        )
 
     @property
     def clients(self) -> list[ClientId]:

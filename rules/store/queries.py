@@ -17,11 +17,18 @@ class QueryMixin(StoreBase):
     """Rule tables and comparisons (the ``fednsl rules`` commands)."""
 
     def rows(
-        self, head: str | int | None = None, client: ClientId | int | None = None, top: int | None = None
+        self,
+        head: str | int | None = None,
+        client: ClientId | int | None = None,
+        top: int | None = None,
+        *,
+        ranked: bool = False,
     ) -> list[RuleRow]:
         """Rules grouped by triple, each group sorted by probability (client posterior with ``client``, else
         global posterior, else prior), at most ``top`` per triple. With ``client``, triples the client has
-        no posterior for are left out."""
+        no posterior for are left out. ``ranked``: a triple with a recorded reading order
+        (:attr:`TripleRecord.ranked`) lists its rules in that order instead (the stored forms of one rule
+        together, the shown one first)."""
         c = None if client is None else str(client)
         out: list[RuleRow] = []
         for t in self.find_triples(head):
@@ -32,8 +39,9 @@ class QueryMixin(StoreBase):
             post = rec.global_posterior()
             counts = rec.global_counts()
             crec = rec.clients.get(c) if c is not None else None
-            order = np.argsort(-prob, kind="stable")[: top if top is not None else None]
-            for j in order.tolist():
+            read = rec.reading_order() if ranked else None
+            order = [j for j, _, _ in read] if read else np.argsort(-prob, kind="stable").tolist()
+            for j in order[: top if top is not None else None]:
                 out.append(
                     RuleRow(
                         triple=t,
@@ -145,28 +153,36 @@ class QueryMixin(StoreBase):
         """Unique chain rules over all triples for export (AnyBURL/AMIE know no entity types): counts summed over
         the triples sharing a rule (pairs of different type combinations are disjoint, so support and body size
         add up exactly); also each rule's largest probability and the number of identity (all-stay) bodies
-        left out. Rules without counts carry ``None`` counts."""
+        left out. Rules without counts carry ``None`` counts.
+
+        Rules are listed by head relation, then by probability; when every triple has a recorded reading order
+        (:attr:`StoreBase.ranked`), by head relation, then in that order (a rule in several triples at its
+        best place), then by probability."""
         merged: dict[Rule, dict[str, Any]] = {}
         skipped = 0
+        ranked = self.ranked
+        last = (float("inf"), 0)
         for t in self.find_triples(head):
             rec = self.triples[t]
             prob = rec.probabilities()
             counts = rec.global_counts()
+            place = {j: (k, rule.bodies.index(j)) for j, k, rule in rec.reading_order() or []} if ranked else {}
             for j in range(rec.num_bodies):
                 body = self.vocab.strip(rec.bodies[j])
                 if not body:
                     skipped += 1
                     continue
                 rule = Rule(t[0], body)
-                entry = merged.setdefault(rule, {"p": 0.0, "c": None, "all": True})
+                entry = merged.setdefault(rule, {"p": 0.0, "c": None, "all": True, "at": last})
                 entry["p"] = max(entry["p"], float(prob[j]))
+                entry["at"] = min(entry["at"], place.get(j, last))
                 if counts is None:
                     entry["all"] = False
                 else:
                     taken = counts.take([j])
                     entry["c"] = taken if entry["c"] is None else entry["c"] + taken
         rules, probs = [], []
-        for rule, e in sorted(merged.items(), key=lambda kv: (kv[0].head, -kv[1]["p"])):
+        for rule, e in sorted(merged.items(), key=lambda kv: (kv[0].head, kv[1]["at"], -kv[1]["p"])):
             c: RuleCounts | None = e["c"] if e["all"] else None
             if c is None:
                 rules.append(ScoredRule(rule))

@@ -17,6 +17,7 @@ __all__ = [
     "VERSION",
     "ClientId",
     "ClientRecord",
+    "RankedRule",
     "RuleDiff",
     "RuleRow",
     "Triple",
@@ -26,7 +27,9 @@ __all__ = [
 ]
 
 FORMAT = "fednsl-rules"
-VERSION = 1
+#: 2: a store may hold a reading order (``order`` in the header, ``ranked`` per triple; :class:`RankedRule`);
+#: a store without one is written as version 1, so readers of version 1 still read it
+VERSION = 2
 Triple = tuple[int, int, int]
 ClientId = str
 
@@ -110,6 +113,42 @@ class ClientRecord:
         )
 
 
+@dataclass(frozen=True)
+class RankedRule:
+    """One rule of a triple's recorded reading order (:mod:`rules.reading_order`): ``bodies`` the indices of the
+    stored bodies that are this one rule on the training triples, the shown one first; ``explains`` the share of
+    the head's training facts it newly explains beyond the rules above it, ``loo_conf`` its leave-one-out
+    confidence (None: not measured); ``uses_head`` / ``detour`` its marks."""
+
+    bodies: tuple[int, ...]
+    explains: float | None = None
+    loo_conf: float | None = None
+    uses_head: bool = False
+    detour: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bodies": list(self.bodies),
+            "explains": _json_scalar(self.explains),
+            "loo_conf": _json_scalar(self.loo_conf),
+            "uses_head": self.uses_head,
+            "detour": self.detour,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankedRule:
+        def num(x: Any) -> float | None:
+            return None if x is None else float(x)
+
+        return cls(
+            bodies=tuple(int(j) for j in data["bodies"]),
+            explains=num(data.get("explains")),
+            loo_conf=num(data.get("loo_conf")),
+            uses_head=bool(data.get("uses_head", False)),
+            detour=bool(data.get("detour", False)),
+        )
+
+
 @dataclass
 class TripleRecord:
     """State of one triple in the latest round that touched it."""
@@ -123,6 +162,7 @@ class TripleRecord:
     counts: RuleCounts | None = None  # global confidence counts
     clients: dict[ClientId, ClientRecord] = field(default_factory=dict)
     round: int = 0
+    ranked: list[RankedRule] | None = None  # recorded reading order (rules.reading_order), best first
 
     @property
     def num_bodies(self) -> int:
@@ -162,6 +202,24 @@ class TripleRecord:
             return rec.posterior
         post = self.global_posterior()
         return self.prior if post is None else post
+
+    def reading_order(self) -> list[tuple[int, int, RankedRule]] | None:
+        """``(body index, rank, rule)`` for every body in the recorded reading order (rank 0-based, shared by
+        the bodies of one rule, the shown one first); None when no order is recorded."""
+        if self.ranked is None:
+            return None
+        return [(j, k, rule) for k, rule in enumerate(self.ranked) for j in rule.bodies]
+
+    def check_ranked(self) -> None:
+        """ValueError unless the recorded order lists every body exactly once."""
+        if self.ranked is None:
+            return
+        seen = sorted(j for rule in self.ranked for j in rule.bodies)
+        if seen != list(range(self.num_bodies)) or any(not rule.bodies for rule in self.ranked):
+            raise ValueError(
+                f"the recorded reading order does not list each of the {self.num_bodies} bodies once "
+                f"(it lists {len(seen)} body indices)"
+            )
 
 
 @dataclass(frozen=True)

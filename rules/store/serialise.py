@@ -14,7 +14,15 @@ import numpy as np
 from rules.fol import MAX_BODY_LENGTH
 from rules.measures import RuleCounts
 from rules.store.base import StoreBase
-from rules.store.records import FORMAT, VERSION, ClientRecord, TripleRecord, _from_json_floats, _json_floats
+from rules.store.records import (
+    FORMAT,
+    VERSION,
+    ClientRecord,
+    RankedRule,
+    TripleRecord,
+    _from_json_floats,
+    _json_floats,
+)
 
 S = TypeVar("S", bound="SerialiseMixin")
 
@@ -26,24 +34,26 @@ class SerialiseMixin(StoreBase):
         triples = []
         for t in sorted(self.triples):
             rec = self.triples[t]
-            triples.append(
-                {
-                    "triple": list(t),
-                    "name": self.triple_name(t),
-                    "round": rec.round,
-                    "bodies": rec.bodies.tolist(),
-                    "rules": [self.rule_text(t, b) for b in rec.bodies],
-                    "prior": _json_floats(rec.prior),
-                    "log_prior": _json_floats(rec.log_prior),
-                    "sample_counts": None if rec.sample_counts is None else rec.sample_counts.tolist(),
-                    "posterior": _json_floats(rec.posterior),
-                    "counts": None if rec.counts is None else rec.counts.to_dict(),
-                    "clients": {c: cr.to_json() for c, cr in sorted(rec.clients.items())},
-                }
-            )
-        return {
+            item: dict[str, Any] = {
+                "triple": list(t),
+                "name": self.triple_name(t),
+                "round": rec.round,
+                "bodies": rec.bodies.tolist(),
+                "rules": [self.rule_text(t, b) for b in rec.bodies],
+                "prior": _json_floats(rec.prior),
+                "log_prior": _json_floats(rec.log_prior),
+                "sample_counts": None if rec.sample_counts is None else rec.sample_counts.tolist(),
+                "posterior": _json_floats(rec.posterior),
+                "counts": None if rec.counts is None else rec.counts.to_dict(),
+                "clients": {c: cr.to_json() for c, cr in sorted(rec.clients.items())},
+            }
+            if rec.ranked is not None:
+                item["ranked"] = [r.to_json() for r in rec.ranked]
+            triples.append(item)
+        ordered = self.reading_order is not None or any(rec.ranked is not None for rec in self.triples.values())
+        out: dict[str, Any] = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if ordered else 1,  # a store without a reading order stays readable by version 1
             "relations": list(self.relations),
             "types": None if self.types is None else list(self.types),
             "body_length": self.body_length,
@@ -51,8 +61,11 @@ class SerialiseMixin(StoreBase):
             "rounds": list(self.rounds),
             "clients": self.clients,
             "meta": self.meta,
-            "triples": triples,
         }
+        if self.reading_order is not None:
+            out["reading_order"] = self.reading_order
+        out["triples"] = triples
+        return out
 
     def to_json_text(self) -> str:
         """Strict JSON (no NaN/Infinity literals): header fields indented, one line per triple."""
@@ -76,6 +89,7 @@ class SerialiseMixin(StoreBase):
             body_length=int(data.get("body_length", MAX_BODY_LENGTH)),
             rounds=[int(r) for r in data.get("rounds", [])],
             meta=dict(data.get("meta", {})),
+            reading_order=None if data.get("reading_order") is None else dict(data["reading_order"]),
         )
         for i, item in enumerate(data.get("triples", [])):
             where = f"{source}: triples[{i}]"
@@ -94,7 +108,9 @@ class SerialiseMixin(StoreBase):
                     counts=RuleCounts.from_dict(item["counts"]) if item.get("counts") is not None else None,
                     clients={str(c): ClientRecord.from_json(v) for c, v in item.get("clients", {}).items()},
                     round=int(item.get("round", 0)),
+                    ranked=None if item.get("ranked") is None else [RankedRule.from_json(r) for r in item["ranked"]],
                 )
+                rec.check_ranked()
             except (KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{where}: {err}") from err
             texts = item.get("rules")
@@ -118,12 +134,17 @@ class SerialiseMixin(StoreBase):
     def to_tsv(self) -> str:
         """One rule per line: triple, rule text, tokens, prior, global posterior, per client posterior and
         weight, confidence counts and measures (empty cells where unknown; a column that is empty on every
-        line, e.g. weights that never left their clients, is left out)."""
+        line, e.g. weights that never left their clients, is left out).
+
+        Each triple's rules follow the recorded reading order when there is one (:mod:`rules.reading_order`:
+        ``rank`` 1, 2, ... per rule, its other stored forms right after it with the same rank; ``explains``,
+        ``loo_conf``, ``uses_head`` and ``detour`` on the shown form), else the posterior (prior) order."""
         clients = self.clients
         header = ["triple", "rule", "tokens", "prior", "posterior"]
         for c in clients:
             header += [f"posterior[{c}]", f"weight[{c}]"]
         header += [*RuleCounts.FIELDS, *RuleCounts.MEASURES]
+        header += ["rank", "explains", "loo_conf", "uses_head", "detour"]
 
         def f(x: float | None) -> str:
             return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.6g}"
@@ -133,8 +154,11 @@ class SerialiseMixin(StoreBase):
             rec = self.triples[t]
             post = rec.global_posterior()
             counts = rec.global_counts()
-            order = np.argsort(-(post if post is not None else rec.prior), kind="stable")
-            for j in order.tolist():
+            read: list[tuple[int, int | None, RankedRule | None]] = list(rec.reading_order() or [])
+            if not read:
+                order = np.argsort(-(post if post is not None else rec.prior), kind="stable")
+                read = [(j, None, None) for j in order.tolist()]
+            for j, rank, ranked in read:
                 row = [
                     self.triple_name(t),
                     self.rule_text(t, rec.bodies[j]),
@@ -151,6 +175,13 @@ class SerialiseMixin(StoreBase):
                 else:
                     m = counts.measures(j)
                     row += [str(int(m[k])) for k in RuleCounts.FIELDS] + [f(m[k]) for k in RuleCounts.MEASURES]
+                if ranked is None or rank is None:
+                    row += [""] * 5
+                elif ranked.bodies[0] == j:
+                    marks = [str(int(ranked.uses_head)), str(int(ranked.detour))]
+                    row += [str(rank + 1), f(ranked.explains), f(ranked.loo_conf), *marks]
+                else:  # another stored form of the rule above: same rank, nothing of its own
+                    row += [str(rank + 1), "", "", "", ""]
                 table.append(row)
         keep = [i for i in range(len(header)) if i < 5 or any(row[i] for row in table)]
         return "".join("\t".join(line[i] for i in keep) + "\n" for line in [header, *table])

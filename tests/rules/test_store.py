@@ -308,3 +308,44 @@ def test_save_is_atomic(tmp_path, small_store: RuleStore, monkeypatch) -> None:
         small_store.save(tmp_path)
     assert ((tmp_path / "rules.json").read_text(), (tmp_path / "rules.tsv").read_text()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rules.json", "rules.tsv"]
+
+
+def test_recorded_reading_order_round_trip_tsv_and_exports(tmp_path, small_store: RuleStore) -> None:
+    from rules.store import RankedRule
+
+    assert small_store.to_json()["version"] == 1 and "reading_order" not in small_store.to_json()  # none recorded
+    rec = small_store.triples[(0, 0, 0)]  # bodies ~child_of, spouse_of.parent_of, identity
+    rec.ranked = [RankedRule((1,), 0.6, 0.9), RankedRule((0, 2), 0.2, 0.5, uses_head=True)]
+    assert not small_store.ranked  # not every triple holds one yet, nor the store its header
+    other = [RankedRule((1,), 0.5, 1.0), RankedRule((0,), 0.0, 0.0, detour=True)]
+    small_store.triples[(1, 0, 0)].ranked = other
+    small_store.triples[(3, 0, 1)].ranked = [RankedRule((0, 1, 2), 0.3, 0.4)]
+    small_store.reading_order = {"by": "contribution", "threshold": 0.95}
+    assert small_store.ranked
+    _, tpath = small_store.save(tmp_path)
+    data = json.loads((tmp_path / "rules.json").read_text())
+    assert data["version"] == 2 and data["reading_order"] == {"by": "contribution", "threshold": 0.95}
+    assert data["triples"][0]["ranked"][1] == {
+        "bodies": [0, 2], "explains": 0.2, "loo_conf": 0.5, "uses_head": True, "detour": False
+    }
+    loaded = RuleStore.load(tmp_path)
+    assert loaded.ranked and loaded.triples[(0, 0, 0)].ranked == rec.ranked and loaded.to_json() == data
+    # rules.tsv follows the recorded order (not the posterior's), the other forms of a rule after it
+    lines = tpath.read_text().splitlines()
+    header = lines[0].split("\t")
+    assert header[-5:] == ["rank", "explains", "loo_conf", "uses_head", "detour"]
+    rows = [dict(zip(header, ln.split("\t"))) for ln in lines[1:] if ln.startswith("parent_of[")]
+    assert [(r["rule"], r["rank"], r["explains"], r["uses_head"]) for r in rows] == [
+        ("parent_of <- spouse_of, parent_of", "1", "0.6", "0"),
+        ("parent_of <- ~child_of", "2", "0.2", "1"),
+        ("parent_of <- <stay>", "2", "", ""),
+    ]
+    assert [r.index for r in loaded.rows(head="parent_of", ranked=True)] == [1, 0, 2]
+    assert [r.index for r in loaded.rows(head="parent_of")] == [0, 1, 2]  # probability order
+    scored, _, _ = loaded.scored_rules("parent_of")
+    assert [s.rule.body for s in scored] == [(2, 0), (5,)]
+    # an order that does not list every body once is refused, naming the triple
+    data["triples"][0]["ranked"][1]["bodies"] = [0]
+    (tmp_path / "rules.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="triples\\[0\\]: the recorded reading order does not list each of the 3"):
+        RuleStore.load(tmp_path)

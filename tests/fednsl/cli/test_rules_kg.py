@@ -218,3 +218,89 @@ def test_list_ranks_rules_by_what_they_explain_beyond_the_rules_above(kg_run: Pa
     )
     assert list(c.order) == list(range(len(mine)))
     assert [round(r["explains"], 9) for r in mine] == [round(g / c.facts, 9) for g in c.gain]
+
+
+def _tsv(path: Path) -> list[dict[str, str]]:
+    header, *lines = path.read_text().splitlines()
+    return [dict(zip(header.split("\t"), ln.split("\t"))) for ln in lines]
+
+
+def _anyburl_rules(run: Path, text: str) -> list[str]:
+    """The rules of an anyburl export as the store writes them (``head <- b1, ~b2``)."""
+    from rules.formats import parse_anyburl
+    from rules.store import RuleStore
+
+    store = RuleStore.load(run)
+    rules = parse_anyburl(text, store.vocab)
+    return [f"{store.relations[s.rule.head]} <- {store.vocab.format_body(s.rule.body)}" for s in rules]
+
+
+def test_rules_tsv_and_exports_follow_the_list_order(kg_run: Path) -> None:
+    from rules.store import RuleStore
+
+    store = RuleStore.load(kg_run)
+    assert store.ranked and store.reading_order is not None and store.reading_order["threshold"] == 0.95
+    summary = json.loads((kg_run / "summary.json").read_text())
+    assert summary["rule_order"]["source"] == "computed" and summary["rule_order"]["training_triples"] == 135
+    listed = json.loads(invoke("list", kg_run, "--format", "json")[1])
+    tsv = _tsv(kg_run / "rules.tsv")
+    # per triple, the rules.tsv lines that carry `explains` (each rule's shown form) are the list, in its order
+    for triple in {r["triple_name"] for r in listed}:
+        mine = [r for r in listed if r["triple_name"] == triple]
+        lines = [r for r in tsv if r["triple"] == triple]
+        assert [r["rule"] for r in lines if r["explains"]] == [r["rule"] for r in mine]
+        explains = [float(r["explains"]) for r in lines if r["explains"]]  # written with 6 significant digits
+        assert explains == pytest.approx([r["explains"] for r in mine], rel=1e-5)
+        assert [int(r["rank"]) for r in lines] == sorted(int(r["rank"]) for r in lines)
+        # each rule's other stored forms follow it, in the list's variant order
+        forms = [f for r in mine for f in [r["rule"], *r["variant_rules"]]]
+        assert [r["rule"] for r in lines] == forms
+    # the anyburl export: per head, the same order, rules with support 0 left out
+    stored = json.loads(invoke("list", kg_run, "--all", "--format", "json")[1])
+    support = {r["rule"]: r["measures"]["support"] for r in stored}
+    code, out, err = invoke("export", kg_run, "--format", "anyburl")
+    assert code == 0 and "no reading order" not in err
+    exported = _anyburl_rules(kg_run, out)
+    expected = [f for r in listed for f in [r["rule"], *r["variant_rules"]] if support[f] > 0]
+    for head in store.relations:
+        mine = f"{head} <- "
+        assert [x for x in exported if x.startswith(mine)] == [x for x in expected if x.startswith(mine)]
+    golden = invoke("export", kg_run, "--format", "golden")[1]
+    assert [ln for ln in golden.splitlines() if "<-" in ln and not ln.startswith("#")] == exported
+    json_export = json.loads(invoke("export", kg_run, "--format", "json")[1])
+    assert [r["rule"] for r in json_export] == [f for f in expected if f in {r["rule"] for r in json_export}]
+    assert [r["explains"] for r in json_export if r["rule"] in {x["rule"] for x in listed}] == pytest.approx(
+        [r["explains"] for r in listed if support[r["rule"]] > 0]
+    )
+
+
+def test_a_store_without_the_recorded_order_lists_as_before(kg_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(kg_run, old)
+    data = json.loads((old / "rules.json").read_text())
+    del data["reading_order"]
+    for item in data["triples"]:
+        del item["ranked"]
+    data["version"] = 1
+    (old / "rules.json").write_text(json.dumps(data))
+    # the list measures the order again on the KG rebuilt from config.yaml: the same as the recorded one
+    for args in (("--format", "json"), ("--top", "2"), ("--sort", "posterior", "--format", "tsv")):
+        assert invoke("list", old, *args)[:2] == invoke("list", kg_run, *args)[:2]
+    # exports keep the posterior order, and say how to record the list's order
+    code, out, err = invoke("export", old, "--format", "anyburl")
+    assert code == 0 and "note: no reading order recorded" in err and f"fednsl rules counts {old}" in err
+    probs = {r["rule"]: r["probability"] for r in json.loads(invoke("list", old, "--all", "--format", "json")[1])}
+    texts = _anyburl_rules(old, out)
+    assert len(texts) == len(set(texts)) and all(
+        probs[a] >= probs[b] for a, b in zip(texts, texts[1:]) if a.split(" <- ")[0] == b.split(" <- ")[0]
+    )
+    # `rules counts` records it; then everything reads as on a new run, without the KG
+    code, out, _ = invoke("counts", old)
+    assert code == 0 and "rules.tsv follows that order" in out, out
+    assert invoke("counts", old)[1].splitlines()[-1] == "the rules' reading order is already recorded"
+    assert (old / "rules.tsv").read_text() == (kg_run / "rules.tsv").read_text()
+    (old / "config.yaml").unlink()  # the recorded order needs no KG
+    code, text, err = invoke("list", old)
+    assert code == 0 and not err and text == invoke("list", kg_run)[1]
