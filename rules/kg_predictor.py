@@ -45,6 +45,14 @@ import torch
 from kg.grounding.sparse import SparseGraph
 from rules.kg_constant_rules import ConstantRules, mine_constant_rules
 from rules.kg_mining import RuleStatistics, directed_triples, rule_statistics
+from rules.kg_nonredundant import (
+    NonRedundant,
+    Overlap,
+    clusters,
+    nonredundant_evidence,
+    smoothed_confidence,
+    with_evidence,
+)
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
 
@@ -97,6 +105,16 @@ class PredictorConfig:
     # fit the heads in this many worker processes (each one thread; the result equals the one-process fit); 1: in
     # this process. Sparse grounding runs on one core, so on FB15k-237 a second worker uses the second core
     workers: int = 1
+    # SAFRAN's non-redundant noisy-OR beside the fitted model (rules.kg_nonredundant): after a head is fitted, its
+    # rules' confidences hits / (reached + nr_smoothing) on the training queries (own fact removed) and their
+    # clusters by prediction overlap (Jaccard ≥ τ) give NR(e); the score becomes s(e) + β · −log(1 − NR(e)), or
+    # for β = inf NR(e) itself with s breaking its ties. (τ, β) is chosen per head on valid from nr_thresholds ×
+    # nr_betas, and a head keeps the fitted model alone unless NR raises its valid MRR. Needs valid_triples; changes
+    # test-time scores only (training, the E-step's rule scores and the weights are the fitted model's)
+    nonredundant: bool = False
+    nr_thresholds: tuple[float, ...] = (1.01, 0.7, 0.3)  # τ > 1: no clustering (noisy-OR over rules)
+    nr_betas: tuple[float, ...] = (1.0, math.inf)  # FB15k-237, 24 heads: only in place of s (inf) did NR gain
+    nr_smoothing: float = 5.0  # AnyBURL's pessimistic correction of a rule's confidence
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -166,6 +184,7 @@ class _HeadModel:
     type_weights: torch.Tensor | None = None  # (2R,) u_q of the type prior, 0 at q and q⁻¹
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
     evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
+    nonredundant: NonRedundant | None = None  # the non-redundant noisy-OR term chosen on valid (config.nonredundant)
 
     def parameters(self) -> list[torch.Tensor]:
         return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
@@ -558,6 +577,8 @@ class RulePredictor:
                 log["heads"][q] = self._fit_head(q, *job)
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
+        if cfg.nonredundant:
+            log["nonredundant_heads"] = sum(1 for q in todo if self.models[q].nonredundant is not None)
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
@@ -664,6 +685,15 @@ class RulePredictor:
             p.requires_grad_(False)
         h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
         model.h_score = h_score[: len(self.bodies.get(q, []))]  # the E-step scores path bodies only
+        if cfg.nonredundant and valid_batches and self._num_rules(q):
+            again = train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
+            model.nonredundant = self._choose_nonredundant(q, model, again, valid_batches, best[0])
+        chosen = model.nonredundant
+        nr = (
+            None
+            if chosen is None
+            else {"threshold": chosen.threshold, "beta": chosen.beta, "valid_mrr": chosen.valid_mrr}
+        )
         return {
             "train_queries": int(rows.shape[0]),
             "valid_queries": 0 if vrows is None else int(vrows.shape[0]),
@@ -671,7 +701,55 @@ class RulePredictor:
             "best_epoch": best[1],
             "history": history,
             "cached": cached,
+            **({"nonredundant": nr} if cfg.nonredundant else {}),
         }
+
+    @torch.no_grad()
+    def _choose_nonredundant(
+        self,
+        q: int,
+        model: _HeadModel,
+        train_batches: Sequence[_Batch] | Iterator[_Batch],
+        valid_batches: Sequence[_Batch],
+        fitted_mrr: float,
+    ) -> NonRedundant | None:
+        """The (τ, β) of ``nr_thresholds`` × ``nr_betas`` whose NR term (:func:`rules.kg_nonredundant.with_evidence`)
+        gives head q the best valid MRR (:mod:`rules.kg_nonredundant`), or None when none beats the fitted model's ``fitted_mrr``.
+        Confidences and overlaps are counted on the training queries with their own facts removed."""
+        cfg = self.config
+        J, E = self._num_rules(q), self.num_entities
+        overlap = Overlap(J)
+        hits = torch.zeros(J, dtype=torch.float64)
+        reached = torch.zeros(J, dtype=torch.float64)
+        for batch in train_batches:
+            h, r = self._train_evidence(q, [batch])
+            hits += h
+            reached += r
+            overlap.update(batch.flat.numpy(), batch.rule.numpy())
+        conf = torch.from_numpy(smoothed_confidence(hits.numpy(), reached.numpy(), cfg.nr_smoothing))
+        jaccard = overlap.jaccard()
+        labels = {float(t): torch.from_numpy(clusters(jaccard, float(t))) for t in cfg.nr_thresholds}
+        total = {(t, float(b)): 0.0 for t in labels for b in cfg.nr_betas}
+        n = 0
+        for batch in valid_batches:
+            logits = self._logits(model, batch).double()
+            mask = torch.zeros(batch.size * E, dtype=torch.bool)
+            mask[batch.filter_flat] = True
+            mask = mask.view(batch.size, E)
+            for t, lab in labels.items():
+                ev = nonredundant_evidence(batch.flat, batch.rule, conf, lab, batch.size * E).view(batch.size, E)
+                for t_b in total:
+                    if t_b[0] == t:
+                        scores = with_evidence(logits, ev, t_b[1])
+                        total[t_b] += float(expected_reciprocal_rank(scores, batch.answers, mask).sum())
+            n += batch.size
+        if not total or n == 0:
+            return None
+        t, beta = max(total, key=lambda k: total[k])  # the first best in grid order
+        mrr = total[(t, beta)] / n
+        if mrr <= fitted_mrr:
+            return None
+        return NonRedundant(conf, labels[t], t, beta, mrr)
 
     def _start_from_given(self, q: int, model: _HeadModel) -> None:
         """Overwrite the start with the given weights (``init_weights``, ``init_type_weights``) where known."""
@@ -775,11 +853,22 @@ class RulePredictor:
             rows = np.stack([qa[idx, 0], np.full(idx.size, -1)], axis=1)
             lo = 0
             for batch in self._batches(q, rows, None, exclude_own=False):
-                out[idx[lo : lo + batch.size]] = self._logits(model, batch)
+                out[idx[lo : lo + batch.size]] = self._scores(model, batch)
                 lo += batch.size
         return out
 
     __call__ = score
+
+    def _scores(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
+        """(B, E) test-time scores: the model's logits, plus β · −log(1 − NR) where the head chose the
+        non-redundant noisy-OR term on valid."""
+        logits = self._logits(model, batch)
+        nr = model.nonredundant
+        if nr is None:
+            return logits
+        E = self.num_entities
+        ev = nonredundant_evidence(batch.flat, batch.rule, nr.confidence, nr.labels, batch.size * E)
+        return with_evidence(logits, ev.view(batch.size, E), nr.beta).float()
 
     # ------------------------------------------------------------------ rule qualities
     def rule_scores(self) -> dict[int, np.ndarray]:
