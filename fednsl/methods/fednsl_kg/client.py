@@ -397,6 +397,8 @@ class FedNSLKGClient(Client):
         for key in ("valid_mrr_federated", "valid_mrr_local", "heads_local"):
             if key in log:
                 metrics[key] = float(log[key])
+        if "nonredundant_heads" in log:  # heads whose valid MRR chose the non-redundant noisy-OR (predictor option)
+            metrics["heads_nonredundant"] = float(log["nonredundant_heads"])
         arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
         if self.cfg.federated_confidence:
             arrays["evidence"] = self._evidence(p)

@@ -111,6 +111,7 @@ TRAIN_METRICS = (
     "valid_mrr_federated",
     "valid_mrr_local",
     "heads_local",
+    "heads_nonredundant",
     "time_fit_s",
     "time_counts_s",
 )
