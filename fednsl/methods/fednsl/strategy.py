@@ -147,13 +147,12 @@ class FedNSLStrategy(RuleLearningStrategy):
         iterations: list[float] = []
         for cid, msg in u.replies.items():
             wgt = u.posteriors[cid][1]
-            if "scorer_weights" in msg.arrays and "scorer_bias" in msg.arrays:
+            if "scorer_weights" in msg.arrays:  # transfer "published": its train schema requires all four arrays
                 pub_w += torch.as_tensor(msg.arrays["scorer_weights"], dtype=torch.float64) * p.mask * wgt[:, None]
                 pub_b += torch.as_tensor(msg.arrays["scorer_bias"], dtype=torch.float64) * wgt
+                rec_u += torch.as_tensor(msg.arrays["recal_slope"], dtype=torch.float64) * wgt
+                rec_b += torch.as_tensor(msg.arrays["recal_bias"], dtype=torch.float64) * wgt
                 pub_n += wgt
-                if "recal_slope" in msg.arrays and "recal_bias" in msg.arrays:
-                    rec_u += torch.as_tensor(msg.arrays["recal_slope"], dtype=torch.float64) * wgt
-                    rec_b += torch.as_tensor(msg.arrays["recal_bias"], dtype=torch.float64) * wgt
             if "scorer_iterations" in msg.metrics:
                 iterations.append(float(msg.metrics["scorer_iterations"]))
         self.round_aggregate = {
@@ -212,14 +211,7 @@ class FedNSLStrategy(RuleLearningStrategy):
         if self.round_aggregate is not None and self.aggregate_round == rnd:
             arrays["global_posterior"] = self.round_aggregate["global_posterior"].numpy()
             if self.cfg.transfer == "published":
-                for k in (
-                    "published_weights",
-                    "published_bias",
-                    "published_mask",
-                    "published_recal_slope",
-                    "published_recal_bias",
-                ):
-                    arrays[k] = self.round_aggregate[k].numpy()
+                arrays.update({k: v.numpy() for k, v in self.round_aggregate.items() if k.startswith("published_")})
         return Message("evaluate", rnd, arrays=arrays, config=scorer_config(self.cfg.scorer_options()))
 
     def aggregate_evaluate(self, rnd: int, replies: Mapping[str, Message], failures: Mapping[str, str]) -> Metrics:

@@ -246,7 +246,7 @@ class FedNSLKGClient(Client):
             if self.cfg.keep_own_rules and r in rule_sets:
                 self._add_own(rule_sets, r)
         given = bool(weights or types)
-        pcfg = PredictorConfig(**{"eval_init": given, **self.cfg.predictor, "aggregator": self.cfg.aggregator})
+        pcfg = self._predictor_config(eval_init=given)
         self.predictor = RulePredictor(
             rule_sets,
             self.E,
@@ -270,6 +270,10 @@ class FedNSLKGClient(Client):
                 fit_log.update(self._select(fit_log, seed))
         return fit_log
 
+    def _predictor_config(self, **defaults: Any) -> PredictorConfig:
+        """``method_kwargs.predictor`` over ``defaults``, with the method's aggregator."""
+        return PredictorConfig(**{**defaults, **self.cfg.predictor, "aggregator": self.cfg.aggregator})
+
     def _add_own(self, rule_sets: dict[int, list[tuple[int, ...]]], r: int) -> None:
         """Append this client's round-1 mined bodies of forward head ``r`` not already in ``rule_sets[r]``, and
         their mirrors to the inverse head ``r + R`` (in place)."""
@@ -286,7 +290,7 @@ class FedNSLKGClient(Client):
         rule_sets: dict[int, list[tuple[int, ...]]] = {}
         for r in self.relations.tolist():
             self._add_own(rule_sets, int(r))
-        pcfg = PredictorConfig(**{**self.cfg.predictor, "aggregator": self.cfg.aggregator})
+        pcfg = self._predictor_config()
         self.local = RulePredictor(rule_sets, self.E, self.cfg.aggregator, num_relations=self.R, config=pcfg)
         return dict(
             self.local.fit(

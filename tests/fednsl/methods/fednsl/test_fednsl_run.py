@@ -28,13 +28,7 @@ TINY_GENERATOR = {"d_model": 32, "nhead": 2, "dim_feedforward": 64, "pretrain_ep
                   "samples_per_epoch": 800, "batch_size": 128}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDNSL_CACHE", str(tmp_path / "cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("isolated_cache", "one_torch_thread")
 
 
 def small_config(rounds: int = 2, **kwargs) -> RunConfig:
