@@ -714,8 +714,8 @@ class RulePredictor:
         fitted_mrr: float,
     ) -> NonRedundant | None:
         """The (τ, β) of ``nr_thresholds`` × ``nr_betas`` whose NR term (:func:`rules.kg_nonredundant.with_evidence`)
-        gives head q the best valid MRR (:mod:`rules.kg_nonredundant`), or None when none beats the fitted model's ``fitted_mrr``.
-        Confidences and overlaps are counted on the training queries with their own facts removed."""
+        gives head q the best valid MRR, or None when none beats the fitted model's ``fitted_mrr``. Confidences
+        and overlaps are counted on the training queries with their own facts removed."""
         cfg = self.config
         J, E = self._num_rules(q), self.num_entities
         overlap = Overlap(J)
@@ -738,10 +738,9 @@ class RulePredictor:
             mask = mask.view(batch.size, E)
             for t, lab in labels.items():
                 ev = nonredundant_evidence(batch.flat, batch.rule, conf, lab, batch.size * E).view(batch.size, E)
-                for t_b in total:
-                    if t_b[0] == t:
-                        scores = with_evidence(logits, ev, t_b[1])
-                        total[t_b] += float(expected_reciprocal_rank(scores, batch.answers, mask).sum())
+                for beta in cfg.nr_betas:
+                    scores = with_evidence(logits, ev, float(beta))
+                    total[(t, float(beta))] += float(expected_reciprocal_rank(scores, batch.answers, mask).sum())
             n += batch.size
         if not total or n == 0:
             return None
@@ -860,8 +859,8 @@ class RulePredictor:
     __call__ = score
 
     def _scores(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
-        """(B, E) test-time scores: the model's logits, plus β · −log(1 − NR) where the head chose the
-        non-redundant noisy-OR term on valid."""
+        """(B, E) test-time scores: the model's logits, with the head's non-redundant noisy-OR term where it chose
+        one on valid (:func:`rules.kg_nonredundant.with_evidence`)."""
         logits = self._logits(model, batch)
         nr = model.nonredundant
         if nr is None:
