@@ -42,7 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from kg.grounding.sparse import SparseGraph
+from kg.grounding.sparse import Paths, SparseGraph
 from rules.kg_constant_rules import ConstantRules, mine_constant_rules
 from rules.kg_mining import RuleStatistics, directed_triples, rule_statistics
 from rules.kg_nonredundant import (
@@ -70,6 +70,10 @@ class PredictorConfig:
 
     aggregator: Aggregator = "sum"
     feature: Feature = "log1p"
+    # how a body is grounded: "walks" (RNNLogic's and Neural-LP's matrix products: an entity may repeat, so
+    # ``~p, p, q`` also reaches what ``q`` reaches) or "simple" (simple paths, every variable a different entity:
+    # AnyBURL's and AMIE's object identity; kg.grounding.sparse). The mined bodies' confidences follow it too
+    paths: Paths = "walks"
     entity_bias: bool = True
     lr: float = 0.02
     weight_decay: float = 1e-4  # L2 on rule weights and biases
@@ -259,7 +263,7 @@ class RulePredictor:
         for q, bodies in self.bodies.items():
             if not 0 <= q < 2 * R or any(not 0 <= x < 2 * R for b in bodies for x in b):
                 raise ValueError(f"head {q}: a relation id is outside [0, {2 * R}) for R = {R} relations")
-        self.graph = SparseGraph.from_triples(arr, self.num_entities, R)
+        self.graph = SparseGraph.from_triples(arr, self.num_entities, R, paths=self.config.paths)
         return self.graph
 
     # ------------------------------------------------------------------ features
@@ -910,6 +914,7 @@ class RulePredictor:
                 _np(graph_triples),
                 self.num_entities,
                 int(self.num_relations or self._infer_relations(_np(graph_triples))),
+                paths=self.config.paths,
             )
         )
         if graph is None:

@@ -7,6 +7,10 @@ For a body (b1, ..., bL) and a batch of start entities s_1..s_B, the path counts
     C = S · A_{b1} · A_{b2} · ... · A_{bL}        S = one-hot rows of the starts, shape (B, E)
 
 so C[i, e] = number of walks s_i -b1-> z1 -b2-> ... -bL-> e (RNNLogic's grounding, Neural-LP's operator chain).
+With ``paths="simple"`` C[i, e] counts simple paths instead: s_i, z1, ..., e pairwise different (AnyBURL's and
+AMIE's object identity), so ``~p, p`` cannot return to the start and a body of length 3 cannot shrink to one of
+length 1. Each step subtracts the walks that revisit an entity from the walk product (exact for L ≤ 3, see
+``SparseGraph._simple_step``); the cost is a few element-wise products beside each sparse product.
 
 Two backends (``bench/kg_grounding.py`` measures both):
   * ``"scipy"``: the frontier S·A_{b1}··· stays a scipy CSR matrix (sparse × sparse products). Work and memory
@@ -37,10 +41,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["Backend", "SparseGraph", "SparseGraphError"]
+__all__ = ["Backend", "Paths", "SparseGraph", "SparseGraphError"]
 
 Backend = Literal["scipy", "torch"]
 _BACKENDS = ("scipy", "torch")
+Paths = Literal["walks", "simple"]
+_PATHS = ("walks", "simple")
 _BYTES_PER_FRONTIER_ENTRY = 12  # float32 value + index (worst case)
 _FRONTIERS = 3  # previous frontier, product, correction/output
 _OUTPUT_BYTES = 4
@@ -80,7 +86,8 @@ class _Exclusion:
 class SparseGraph:
     """One KG as 2R sparse adjacency matrices (relations 0..R-1 and their inverses R..2R-1).
 
-    Build with :meth:`from_triples`. ``path_counts(body, starts)`` -> (B, E) walk counts along ``body``.
+    Build with :meth:`from_triples`. ``path_counts(body, starts)`` -> (B, E) walk counts along ``body``, or
+    simple-path counts (no entity twice on a path: AnyBURL's and AMIE's object identity) with ``paths="simple"``.
     """
 
     def __init__(
@@ -93,9 +100,12 @@ class SparseGraph:
         backend: Backend = "scipy",
         max_batch_bytes: int = 256 << 20,
         dense_max_bytes: int = 0,
+        paths: Paths = "walks",
     ) -> None:
         if backend not in _BACKENDS:
             raise SparseGraphError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        if paths not in _PATHS:
+            raise SparseGraphError(f"paths must be one of {_PATHS}, got {paths!r}")
         if len(adjacency) != 2 * num_relations:
             raise SparseGraphError(f"expected {2 * num_relations} adjacency matrices, got {len(adjacency)}")
         self.num_entities = int(num_entities)
@@ -105,6 +115,9 @@ class SparseGraph:
         self.backend: Backend = backend
         self.max_batch_bytes = int(max_batch_bytes)
         self.dense_max_bytes = int(dense_max_bytes)
+        self.paths: Paths = paths
+        self._diagonal: dict[int, np.ndarray | None] = {}  # per relation: its self-loops (None: it has none)
+        self._cycles: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # 2-cycles per relation pair
         self._torch_t: list[torch.Tensor] | None = None
         self._dense: list[np.ndarray | None] = [None] * len(adjacency)
         self._neighbourhood: sp.csr_matrix | None = None
@@ -121,6 +134,7 @@ class SparseGraph:
         backend: Backend = "scipy",
         max_batch_bytes: int = 256 << 20,
         dense_max_bytes: int = 0,
+        paths: Paths = "walks",
     ) -> SparseGraph:
         """Graph of ``triples`` (n, 3) int64 (head, relation in 0..R-1, tail) plus their inverses (t, r+R, h)."""
         arr = _as_triples(triples, "triples")
@@ -152,7 +166,14 @@ class SparseGraph:
             mat.sum_duplicates()
             adjacency.append(mat)
         return cls(
-            adjacency, E, R, keys, backend=backend, max_batch_bytes=max_batch_bytes, dense_max_bytes=dense_max_bytes
+            adjacency,
+            E,
+            R,
+            keys,
+            backend=backend,
+            max_batch_bytes=max_batch_bytes,
+            dense_max_bytes=dense_max_bytes,
+            paths=paths,
         )
 
     # ------------------------------------------------------------------ facts about the graph
@@ -345,6 +366,61 @@ class SparseGraph:
                 np.subtract.at(y, (row, dst), x[row, src])
         return y
 
+    # ------------------------------------------------------------------ simple paths (object identity)
+    def _self_loops(self, q: int) -> np.ndarray | None:
+        """(E,) float32 diagonal of A_q, cached; None when relation q has no self-loop (the usual case)."""
+        if q not in self._diagonal:
+            d = np.asarray(self.adjacency[q].diagonal(), dtype=np.float32)
+            self._diagonal[q] = d if d.any() else None
+        return self._diagonal[q]
+
+    def _two_cycles(self, b: int, q: int) -> np.ndarray:
+        """(E,) float32 cyc[y] = #z ≠ y with y -b-> z -q-> y, from a cached sparse copy."""
+        key = (b, q)
+        if key not in self._cycles:
+            cyc = np.asarray(self.adjacency[b].multiply(self.adjacency[q].T).sum(axis=1), dtype=np.float32).ravel()
+            db, dq = self._self_loops(b), self._self_loops(q)
+            if db is not None and dq is not None:
+                cyc = cyc - db * dq
+            nz = np.flatnonzero(cyc)
+            self._cycles[key] = (nz, cyc[nz])
+        idx, val = self._cycles[key]
+        out = np.zeros(self.num_entities, dtype=np.float32)
+        out[idx] = val
+        return out
+
+    def _simple_step(self, y: Any, x: Any, first: Any, prefix: tuple[int, ...], q: int, starts: np.ndarray) -> Any:
+        """Turn the walk counts ``y`` = step(x, q) of ``prefix + (q,)`` into simple-path counts (every variable
+        bound to a different entity, AnyBURL's object identity), given that ``x`` (the frontier of ``prefix``) and
+        ``first`` (that of its first relation) already count simple paths. With D = the walks of the step:
+
+            y = D − x ∘ diag(A_q)                                   the new entity differs from the last one
+                − [len(prefix) = 2] first ∘ (cyc_{b2,q} − A_{b2}ᵀ[s] ∘ A_q[s])   ... and from the first hop's
+            y[i, s_i] = 0                                           ... and from the start
+
+        where cyc_{b2,q}[y] counts the 2-cycles y -b2-> z -q-> y with z ≠ y, and the subtracted A_{b2}ᵀ[s] ∘ A_q[s]
+        those through z = s_i (already excluded, since the middle entity differs from the start). Dense arrays or
+        CSR matrices (B, E); bodies of length ≤ 3 (longer ones would need more inclusion–exclusion terms)."""
+        dense = isinstance(y, np.ndarray)
+        diag = self._self_loops(q)
+        if prefix and diag is not None:
+            y = y - (x * diag[None, :] if dense else sp.csr_matrix(x.multiply(diag[None, :])))
+        if len(prefix) == 2:
+            b2 = prefix[1]
+            via_start = self.adjacency[self.inverse(b2)][starts].multiply(self.adjacency[q][starts])
+            if dense:
+                y = y - first * (self._two_cycles(b2, q)[None, :] - via_start.toarray())
+            else:
+                y = y - sp.csr_matrix(first.multiply(self._two_cycles(b2, q)[None, :])) + first.multiply(via_start)
+        if dense:
+            y[np.arange(starts.size), starts] = 0.0
+            return y
+        y = sp.csr_matrix(y)
+        rows = np.repeat(np.arange(starts.size), np.diff(y.indptr))
+        y.data[y.indices == starts[rows]] = 0.0
+        y.eliminate_zeros()
+        return y
+
     def _one_hot(self, starts: np.ndarray) -> sp.csr_matrix:
         b = starts.size
         return sp.csr_matrix(
@@ -358,13 +434,18 @@ class SparseGraph:
         exclude: np.ndarray | torch.Tensor | None = None,
     ) -> Iterator[tuple[int, sp.csr_matrix]]:
         """Yield ``(j, C_j)`` for every body j: C_j (B, E) scipy CSR float32 walk counts from all ``starts`` at once
-        (no batching: the caller bounds B, see :meth:`default_batch_size`). Bodies sharing a prefix share its
-        products (depth-first over the prefix trie, so at most ``max_len`` frontiers are alive). Uses the scipy
-        backend, or dense numpy products on small graphs (:attr:`uses_dense`). ``exclude``: optional (B, 3) triple per row removed from the graph for that row (both directions).
+        (no batching: the caller bounds B, see :meth:`default_batch_size`), or simple-path counts when
+        :attr:`paths` is ``"simple"`` (:meth:`_simple_step`). Bodies sharing a prefix share its products
+        (depth-first over the prefix trie, so at most ``max_len`` frontiers are alive). Uses the scipy backend, or
+        dense numpy products on small graphs (:attr:`uses_dense`). ``exclude``: optional (B, 3) triple per row
+        removed from the graph for that row (both directions).
         """
         checked = [self._check_body(b) for b in bodies]
         s = self._check_starts(starts)
         excl = self._exclusion(exclude, s.size)
+        simple = self.paths == "simple"
+        if simple and any(len(b) > 3 for b in checked):
+            raise SparseGraphError("simple-path counts (paths='simple') take bodies of length ≤ 3")
         order = sorted(range(len(checked)), key=lambda j: checked[j])
         dense = self.uses_dense
         start: Any = self._one_hot(s)
@@ -377,7 +458,10 @@ class SparseGraph:
                 stack.pop()
             prefix, x = stack[-1]
             for q in body[len(prefix) :]:
-                x = self._step_dense(x, q, excl) if dense else self._step_scipy(x, q, excl)
+                y = self._step_dense(x, q, excl) if dense else self._step_scipy(x, q, excl)
+                if simple:
+                    y = self._simple_step(y, x, stack[1][1] if len(stack) > 1 else None, prefix, q, s)
+                x = y
                 prefix = prefix + (q,)
                 stack.append((prefix, x))
             out = stack[-1][1]
@@ -392,7 +476,8 @@ class SparseGraph:
         batch_size: int | None = None,
         backend: Backend | None = None,
     ) -> torch.Tensor:
-        """(B, E) float32: number of ``body``-walks from each start entity to every entity.
+        """(B, E) float32: number of ``body``-walks from each start entity to every entity (simple paths when
+        :attr:`paths` is ``"simple"``: those are counted by :meth:`iter_path_counts`, whatever ``backend``).
 
         body: relation ids in 0..2R-1 (length ≥ 1); starts: (B,) entity ids; exclude: optional (B, 3) triple
         per start removed (both directions) while counting that row. Starts are processed in batches of
@@ -411,6 +496,10 @@ class SparseGraph:
         out = torch.zeros(s.size, self.num_entities, dtype=torch.float32)
         for lo in range(0, s.size, step):
             chunk = s[lo : lo + step]
+            if self.paths == "simple":
+                ex = None if excl_all is None else excl_all[lo : lo + step]
+                out[lo : lo + chunk.size] = torch.from_numpy(self.path_counts_sparse(b, chunk, ex).toarray())
+                continue
             excl = self._exclusion(None if excl_all is None else excl_all[lo : lo + step], chunk.size)
             if backend == "scipy":
                 x = self._one_hot(chunk)

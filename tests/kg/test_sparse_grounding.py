@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -38,6 +39,26 @@ def brute_counts(
     out = np.zeros(num_entities)
     for node, n in walks.items():
         out[node] = n
+    return out
+
+
+def brute_simple_counts(
+    triples: np.ndarray, num_relations: int, body: tuple[int, ...], start: int, num_entities: int,
+    exclude: tuple[int, int, int] | None = None,
+) -> np.ndarray:
+    """Simple-path counts by enumerating every sequence of pairwise different entities start, z_1, ..., z_L."""
+    facts = {tuple(int(x) for x in row) for row in triples}
+    if exclude is not None:
+        h, r, t = exclude
+        if r >= num_relations:
+            h, r, t = t, r - num_relations, h
+        facts.discard((h, r, t))
+    edges = facts | {(t, r + num_relations, h) for h, r, t in facts}
+    out = np.zeros(num_entities)
+    for rest in itertools.permutations([e for e in range(num_entities) if e != start], len(body)):
+        nodes = (start, *rest)
+        if all((nodes[k], q, nodes[k + 1]) in edges for k, q in enumerate(body)):
+            out[nodes[-1]] += 1
     return out
 
 
@@ -99,6 +120,43 @@ def test_exclusion_matches_brute_force(case, backend, data) -> None:
                 [brute_counts(triples, n_rel, bodies[j], int(s), n_ent, exclude=e) for s, e in zip(starts, excl)]
             )
             np.testing.assert_allclose(mat.toarray(), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs(), st.data())
+def test_simple_paths_match_brute_force(case, data) -> None:
+    """paths="simple" counts the paths on which no entity repeats, with each row's own fact excluded, on the
+    sparse and the dense products, through iter_path_counts and path_counts alike."""
+    triples, n_ent, n_rel, bodies, starts = case
+    picks = data.draw(st.lists(st.integers(0, len(triples) - 1), min_size=starts.size, max_size=starts.size))
+    excl = [(int(s), int(triples[p][1]), int(triples[p][2])) for s, p in zip(starts, picks)]
+    for exclude in (None, excl):
+        want = [
+            np.stack([brute_simple_counts(triples, n_rel, b, int(s), n_ent, None if exclude is None else e)
+                      for s, e in zip(starts, excl)])
+            for b in bodies
+        ]
+        arr = None if exclude is None else np.array(exclude, dtype=np.int64)
+        for dense_max_bytes in (0, 1 << 20):
+            g = SparseGraph.from_triples(triples, n_ent, n_rel, dense_max_bytes=dense_max_bytes, paths="simple")
+            for j, mat in g.iter_path_counts(bodies, starts, exclude=arr):
+                np.testing.assert_allclose(mat.toarray(), want[j])
+        for j, body in enumerate(bodies):
+            np.testing.assert_allclose(g.path_counts(body, starts, exclude=arr, batch_size=2).numpy(), want[j])
+
+
+def test_simple_paths_never_return_through_a_detour() -> None:
+    """0 -r-> 1 <-r- 2 -r-> 3: the body (r, ~r, r) walks from 0 back to 1 (0 -> 1 -> 0 -> 1) and on to 3;
+    as a simple path it reaches 3 only. A body longer than 3 is refused under simple paths."""
+    triples = np.array([[0, 0, 1], [2, 0, 1], [2, 0, 3]])
+    body = (0, 1, 0)
+    walks = SparseGraph.from_triples(triples, 4, 1).path_counts(body, [0]).numpy()
+    simple = SparseGraph.from_triples(triples, 4, 1, paths="simple").path_counts(body, [0]).numpy()
+    assert walks.tolist() == [[0, 2, 0, 1]] and simple.tolist() == [[0, 0, 0, 1]]
+    with pytest.raises(SparseGraphError, match="length ≤ 3"):
+        SparseGraph.from_triples(triples, 4, 1, paths="simple").path_counts((0, 1, 0, 1), [0])
+    with pytest.raises(SparseGraphError, match="paths must be one of"):
+        SparseGraph.from_triples(triples, 4, 1, paths="trails")  # type: ignore[arg-type]
 
 
 def test_exclusion_removes_both_directions_and_only_its_row() -> None:

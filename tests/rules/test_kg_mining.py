@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -143,6 +144,28 @@ def test_dense_rule_statistics_equal_sparse() -> None:
         np.testing.assert_array_equal(dense.body_size, sparse.body_size)
         assert dense.head_size == sparse.head_size and dense.bodies == sparse.bodies
     assert rule_statistics(g, 0, bodies).body_size.tolist() == rule_statistics(g, 0, bodies, dense=False).body_size.tolist()
+
+
+def test_dense_rule_statistics_equal_sparse_on_simple_paths() -> None:
+    """On a graph with paths="simple" (self-loops included) the dense products give the sparse counts, and the
+    body size is the number of pairs (x, y) joined by a simple path, enumerated."""
+    rng = np.random.default_rng(12)
+    triples = np.unique(np.stack([rng.integers(0, 9, 60), rng.integers(0, 2, 60), rng.integers(0, 9, 60)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, 9, 2, paths="simple")
+    bodies = [(0,), (2, 1), (0, 2), (0, 3, 1), (2, 0, 2), (3, 3, 3), (1, 2, 0)]
+    edges = {(int(h), int(r), int(t)) for h, r, t in triples} | {(int(t), int(r) + 2, int(h)) for h, r, t in triples}
+    for q in range(4):
+        sparse = rule_statistics(g, q, bodies, batch_size=4, dense=False)
+        dense = rule_statistics(g, q, bodies, dense=True)
+        np.testing.assert_array_equal(dense.support, sparse.support)
+        np.testing.assert_array_equal(dense.body_size, sparse.body_size)
+    for j, body in enumerate(bodies):
+        pairs = {
+            (nodes[0], nodes[-1])
+            for nodes in itertools.permutations(range(9), len(body) + 1)
+            if all((nodes[k], b, nodes[k + 1]) in edges for k, b in enumerate(body))
+        }
+        assert dense.body_size[j] == len(pairs), body
 
 
 def test_sampled_starts_count_only_the_sampled_subjects() -> None:

@@ -166,7 +166,9 @@ class FedNSLKGClient(Client):
     @property
     def graph(self) -> SparseGraph:
         if self._graph is None:
-            self._graph = SparseGraph.from_triples(self.part.train, self.E, self.R)
+            self._graph = SparseGraph.from_triples(
+                self.part.train, self.E, self.R, paths=self._predictor_config().paths
+            )
             log.info(
                 "%s: sparse graph of %d facts, %.1f MB; grounding needs at most %.0f MB (graph + one batch)",
                 self.cid,

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
+from rules.kg_predictor import PredictorConfig
 
 __all__ = ["KG_GENERATOR_DEFAULTS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
 
@@ -29,6 +30,7 @@ KG_GENERATOR_DEFAULTS: dict[str, Any] = {
 }
 
 
+_PATHS = ("walks", "simple")  # PredictorConfig.paths (kg.grounding.sparse.Paths)
 _CHOICES = {
     "aggregator": ("sum", "max", "noisy-or"),
     "pool_mode": ("momentum", "mixture"),
@@ -102,6 +104,16 @@ class FedNSLKGConfig:
             raise ValueError(f"method_kwargs (fednsl-kg): pool_ratio must be in [0, 1], got {self.pool_ratio}")
         if self.temperature <= 0 or self.kl_weight < 0:
             raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
+        known = {f.name for f in fields(PredictorConfig)}
+        unknown = sorted(set(self.predictor) - known)
+        if unknown:
+            raise ValueError(
+                f"method_kwargs.predictor (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
+                f"expected some of {', '.join(sorted(known))}"
+            )
+        paths = self.predictor.get("paths", PredictorConfig.paths)
+        if paths not in _PATHS:
+            raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {_PATHS}")
 
     @property
     def gen(self) -> GeneratorOptions:
