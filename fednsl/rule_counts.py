@@ -27,6 +27,7 @@ from fednsl.config import RunConfig
 from fednsl.registry import rule_documents_hook
 
 if TYPE_CHECKING:
+    from kg.grounding.sparse import Paths
     from rules.reading_order import Training
     from rules.store import RuleStore
 
@@ -169,7 +170,15 @@ def kg_training(config: Any, store: RuleStore, federation: Any = None) -> Traini
     else:
         parts, _ = kg_parts(config, store.relations)
     triples = np.concatenate([np.asarray(p.train, dtype=np.int64).reshape(-1, 3) for p in parts])
-    return Training.of(triples, parts[0].num_entities, len(store.relations))
+    return Training.of(triples, parts[0].num_entities, len(store.relations), run_paths(config))
+
+
+def run_paths(config: RunConfig) -> Paths:
+    """How a fednsl-kg run grounded its rules: its ``method_kwargs.predictor.paths`` (walks by default)."""
+    from rules.kg_predictor import PredictorConfig
+
+    paths: Paths = (config.method_kwargs.get("predictor") or {}).get("paths", PredictorConfig.paths)
+    return paths
 
 
 def order_rules(

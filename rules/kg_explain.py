@@ -4,7 +4,8 @@ bodies ground on the pair in an evidence graph, ranked by their stored score, ea
 A body b_1..b_L (L ≤ 3; tokens as in :class:`rules.fol.RelationVocab`: r, and r+R for ``~r``) grounds on (h, t)
 when a walk h = z_0 -b_1-> z_1 -b_2-> ... -b_L-> z_L = t exists in the graph; a step ``-~r->`` follows a fact
 r(z_k, z_{k-1}) backwards. These are the groundings the predictor counts
-(:meth:`kg.grounding.sparse.SparseGraph.path_counts`: walks, an entity may repeat).
+(:meth:`kg.grounding.sparse.SparseGraph.path_counts`: walks, an entity may repeat; on a graph built with
+``paths="simple"``, as a run with ``predictor.paths: simple`` grounds, only the walks on which no entity repeats).
 
 The search (:func:`groundings`) is bounded by the body: backward sets B_L = {t}, B_{k-1} = {u : u -b_k-> v for
 some v in B_k} (with the number of walks from each u to t) prune a forward depth-first search from h, so every
@@ -129,28 +130,34 @@ class GroundingSearch:
     def groundings(
         self, body: Sequence[int], head: int, tail: int, limit: int | None
     ) -> tuple[int, list[tuple[int, ...]]]:
-        """(number of walks head -body-> tail, the first ``limit`` of them in entity-id order; None: all)."""
+        """(number of walks head -body-> tail, the first ``limit`` of them in entity-id order; None: all). On a
+        graph with ``paths="simple"``: simple paths (no entity twice), all of them enumerated to be counted."""
         body = tuple(int(t) for t in body)
         counts = self.reach_counts(body, tail)
         total = counts[0].get(int(head), 0)
         paths: list[tuple[int, ...]] = []
-        if total == 0 or limit == 0:
+        simple = self.graph.paths == "simple"
+        if total == 0 or (limit == 0 and not simple):
             return total, paths
         L = len(body)
+        found = 0
 
         def walk(prefix: tuple[int, ...]) -> None:
+            nonlocal found
             k = len(prefix) - 1
             if k == L:
-                paths.append(prefix)
+                found += 1
+                if limit is None or len(paths) < limit:
+                    paths.append(prefix)
                 return
             for v in self.out(body[k], prefix[-1]).tolist():
-                if limit is not None and len(paths) >= limit:
+                if not simple and limit is not None and len(paths) >= limit:
                     return
-                if v in counts[k + 1]:
+                if v in counts[k + 1] and not (simple and v in prefix):
                     walk((*prefix, v))
 
         walk((int(head),))
-        return total, paths
+        return (found if simple else total), paths
 
 
 def groundings(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kg.grounding.sparse import SparseGraph
+from kg.grounding.sparse import Paths, SparseGraph
 from rules.identity import Group, equivalences, group_rules
 from rules.marginal import contributions
 from rules.store.records import RankedRule, RuleRow, Triple
@@ -59,9 +59,10 @@ class Training:
     graph: SparseGraph
 
     @classmethod
-    def of(cls, triples: np.ndarray, num_entities: int, num_relations: int) -> Training:
+    def of(cls, triples: np.ndarray, num_entities: int, num_relations: int, paths: Paths = "walks") -> Training:
+        """``paths``: how the rules ground on it (walks or simple paths, the run's ``predictor.paths``)."""
         t = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
-        return cls(t, SparseGraph.from_triples(t, int(num_entities), int(num_relations)))
+        return cls(t, SparseGraph.from_triples(t, int(num_entities), int(num_relations), paths=paths))
 
 
 @dataclass(frozen=True)

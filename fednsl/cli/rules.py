@@ -667,7 +667,7 @@ def _explain_kg(
 
     import numpy as np
 
-    from fednsl.rule_counts import kg_parts
+    from fednsl.rule_counts import kg_parts, run_paths
     from kg.grounding.sparse import SparseGraph
     from rules.fol import RuleSyntaxError
     from rules.kg_explain import explain_kg, parse_head
@@ -688,7 +688,7 @@ def _explain_kg(
         raise BadInput(f"--client: unknown client {client!r}; the run's clients: {', '.join(ids)}")
     chosen = [parts[ids.index(client)]] if client is not None else parts
     triples = np.concatenate([p.train for p in chosen]) if chosen else np.zeros((0, 3), np.int64)
-    graph = SparseGraph.from_triples(triples, kg.num_entities, kg.num_relations)
+    graph = SparseGraph.from_triples(triples, kg.num_entities, kg.num_relations, paths=run_paths(config))
     index = {name: i for i, name in enumerate(kg.entities)}
     h, t = (_kg_entity(kg.entities, index, x) for x in pair)
     result = explain_kg(store, graph, head, (h, t), client=client, limit=top)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from fednsl.config import load_config
-from fednsl.rule_counts import order_rules
+from fednsl.rule_counts import kg_training, order_rules, run_paths
 from rules.store import RuleStore
 
 RELATIONS = ("parent_of", "child_of")
@@ -69,3 +69,12 @@ def test_runs_of_other_methods_are_left_alone(tmp_path: Path) -> None:
     assert order_rules(tmp_path / "empty", load_config("configs/fednsl_kg_synthetic.yaml")) is None
     assert (run / "rules.json").read_text() == before
 
+
+
+def test_training_graph_grounds_as_the_run_did(tmp_path: Path) -> None:
+    """The reading order is measured on walks or simple paths, as the run's ``predictor.paths`` grounded."""
+    store = RuleStore.load(_run(tmp_path / "run"))
+    for extra, want in (([], "walks"), (["method_kwargs.predictor.paths=simple"], "simple")):
+        config = load_config("configs/fednsl_kg_synthetic.yaml", [f"data.source={tmp_path / 'gone'}", *extra])
+        assert run_paths(config) == want
+        assert kg_training(config, store, _federation()).graph.paths == want

@@ -43,16 +43,20 @@ def brute_force(triples: np.ndarray, R: int, body: tuple[int, ...], h: int, t: i
     st.tuples(st.integers(0, 5), st.integers(0, 5)),
     st.sampled_from([None, 1, 2, 1000]),
     st.booleans(),
+    st.sampled_from(["walks", "simple"]),
 )
-def test_groundings_match_brute_force(E, R, seed, raw_body, pair, limit, leave) -> None:
+def test_groundings_match_brute_force(E, R, seed, raw_body, pair, limit, leave, paths) -> None:
+    """Walks, or on a graph with paths="simple" the walks on which no entity repeats."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 3 * E * R))
     triples = np.stack([rng.integers(0, E, n), rng.integers(0, R, n), rng.integers(0, E, n)], 1).reshape(-1, 3)
-    graph = SparseGraph.from_triples(triples, E, R)
+    graph = SparseGraph.from_triples(triples, E, R, paths=paths)
     body = tuple(b % (2 * R) for b in raw_body)
     h, t = pair[0] % E, pair[1] % E
     leave_out = [(h, 0, t)] if leave else []
     expected = brute_force(triples, R, body, h, t, E, leave_out)
+    if paths == "simple":
+        expected = [p for p in expected if len(set(p)) == len(p)]
     total, paths = groundings(graph, body, h, t, limit, leave_out)
     assert total == len(expected)
     assert paths == expected[: limit if limit is not None else None]
