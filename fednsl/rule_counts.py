@@ -174,11 +174,11 @@ def kg_training(config: Any, store: RuleStore, federation: Any = None) -> Traini
 
 
 def run_paths(config: RunConfig) -> Paths:
-    """How a fednsl-kg run grounded its rules: its ``method_kwargs.predictor.paths`` (walks by default)."""
-    from rules.kg_predictor import PredictorConfig
+    """How a fednsl-kg run counted its rules: walks or simple paths after its ``method_kwargs.predictor.paths``
+    (:func:`rules.kg_predictor.counted_paths`; simple for "auto")."""
+    from rules.kg_predictor import PredictorConfig, counted_paths
 
-    paths: Paths = (config.method_kwargs.get("predictor") or {}).get("paths", PredictorConfig.paths)
-    return paths
+    return counted_paths((config.method_kwargs.get("predictor") or {}).get("paths", PredictorConfig.paths))
 
 
 def order_rules(

@@ -57,6 +57,7 @@ from rules.kg_nonredundant import (
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
+PathsChoice = Literal["walks", "simple", "auto"]
 Feature = str  # "log1p", "count", "indicator", "fraction" or several joined by "+"
 Body = tuple[int, ...]
 _AGGREGATORS = ("sum", "max", "noisy-or")
@@ -72,8 +73,10 @@ class PredictorConfig:
     feature: Feature = "log1p"
     # how a body is grounded: "walks" (RNNLogic's and Neural-LP's matrix products: an entity may repeat, so
     # ``~p, p, q`` also reaches what ``q`` reaches) or "simple" (simple paths, every variable a different entity:
-    # AnyBURL's and AMIE's object identity; kg.grounding.sparse). The mined bodies' confidences follow it too
-    paths: Paths = "walks"
+    # AnyBURL's and AMIE's object identity; kg.grounding.sparse); "auto": each head is fitted both ways and keeps
+    # the one with the better valid MRR (twice the fitting time; simple on a tie). The client's mining and
+    # confidences count simple paths unless this is "walks"
+    paths: PathsChoice = "walks"
     entity_bias: bool = True
     lr: float = 0.02
     weight_decay: float = 1e-4  # L2 on rule weights and biases
@@ -188,6 +191,7 @@ class _HeadModel:
     type_weights: torch.Tensor | None = None  # (2R,) u_q of the type prior, 0 at q and q⁻¹
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
     evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
+    paths: Paths = "walks"  # how the head's bodies are grounded (PredictorConfig.paths; chosen per head for "auto")
     nonredundant: NonRedundant | None = None  # the non-redundant noisy-OR term chosen on valid (config.nonredundant)
 
     def parameters(self) -> list[torch.Tensor]:
@@ -240,7 +244,8 @@ class RulePredictor:
             if any(len(b) == 0 for b in uniq):
                 raise ValueError(f"head {q}: empty body")
             self.bodies[int(q)] = uniq
-        self.graph: SparseGraph | None = None
+        self.graph: SparseGraph | None = None  # the primary graph (walks, unless config.paths is "simple")
+        self._graphs: dict[str, SparseGraph] = {}  # by paths: the primary graph, and its simple twin for "auto"
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -263,8 +268,17 @@ class RulePredictor:
         for q, bodies in self.bodies.items():
             if not 0 <= q < 2 * R or any(not 0 <= x < 2 * R for b in bodies for x in b):
                 raise ValueError(f"head {q}: a relation id is outside [0, {2 * R}) for R = {R} relations")
-        self.graph = SparseGraph.from_triples(arr, self.num_entities, R, paths=self.config.paths)
+        self.graph = SparseGraph.from_triples(arr, self.num_entities, R, paths=_primary(self.config.paths))
+        self._graphs = {self.graph.paths: self.graph}
+        if self.config.paths == "auto":
+            self._graphs["simple"] = self.graph.with_paths("simple")
         return self.graph
+
+    def _graph_of(self, q: int) -> SparseGraph:
+        """The graph head q's bodies ground on (its model's ``paths``; the primary graph before it has one)."""
+        assert self.graph is not None
+        model = self.models.get(q)
+        return self.graph if model is None else self._graphs[model.paths]
 
     # ------------------------------------------------------------------ features
     def _batches(
@@ -314,7 +328,7 @@ class RulePredictor:
         excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1) if exclude_own else None
         flats, rules, counts, totals = [], [], [], []
         if bodies:
-            for j, mat in self.graph.iter_path_counts(bodies, heads, exclude=excl):
+            for j, mat in self._graph_of(q).iter_path_counts(bodies, heads, exclude=excl):
                 mat = self._cap_fanout(mat)
                 coo = mat.tocoo()
                 flats.append(coo.row.astype(np.int64) * E + coo.col)
@@ -511,12 +525,12 @@ class RulePredictor:
         constants = self.constants.get(q)
         return len(self.bodies.get(q, [])) + (len(constants) if constants is not None else 0)
 
-    def _new_model(self, q: int) -> _HeadModel:
+    def _new_model(self, q: int, paths: Paths | None = None) -> _HeadModel:
         J = self._num_rules(q)
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
-        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)))
+        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)), paths=paths or _primary(self.config.paths))
         if self.config.type_prior:
             R2 = 2 * int(self.num_relations or 0)
             model.type_weights = torch.zeros(R2)
@@ -583,6 +597,8 @@ class RulePredictor:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         if cfg.nonredundant:
             log["nonredundant_heads"] = sum(1 for q in todo if self.models[q].nonredundant is not None)
+        if cfg.paths == "auto":
+            log["simple_paths_heads"] = sum(1 for q in todo if self.models[q].paths == "simple")
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
@@ -598,7 +614,8 @@ class RulePredictor:
         epochs: int,
         seed: int,
     ) -> dict[str, Any]:
-        """Mine head q's rules with constants (``constant_rules``), then fit its model; returns the head's log."""
+        """Mine head q's rules with constants (``constant_rules``), then fit its model (for ``paths: auto`` on
+        simple paths and on walks, keeping the better on valid); returns the head's log."""
         cfg = self.config
         if cfg.constant_rules > 0:
             assert self.graph is not None
@@ -610,12 +627,36 @@ class RulePredictor:
                 min_support=cfg.constant_min_support,
                 seed=seed,
             )
+        job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
+        if cfg.paths != "auto":
+            return self._fit_head_on(q, cfg.paths, *job)
+        tried: dict[str, tuple[dict[str, Any], _HeadModel]] = {}
+        for paths in ("simple", "walks"):
+            tried[paths] = (self._fit_head_on(q, paths, *job), self.models[q])
+        valid = {p: float(head_log.get("best_valid_mrr", -1.0)) for p, (head_log, _) in tried.items()}
+        chosen = max(valid, key=lambda p: valid[p])  # the first best: simple on a tie
+        head_log, self.models[q] = tried[chosen]
+        return {**head_log, "paths": chosen, "paths_valid_mrr": valid}
+
+    def _fit_head_on(
+        self,
+        q: int,
+        paths: Paths,
+        train_dir: np.ndarray,
+        valid_dir: np.ndarray | None,
+        known_train: dict[tuple[int, int], set[int]],
+        known_valid: dict[tuple[int, int], set[int]],
+        epochs: int,
+        seed: int,
+    ) -> dict[str, Any]:
+        """Fit head q's model with its bodies grounded as ``paths``; returns the head's log."""
+        cfg = self.config
         rng = np.random.default_rng([seed, q])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         rows = train_dir[train_dir[:, 1] == q][:, [0, 2]]
         if cfg.max_train_queries is not None and rows.shape[0] > cfg.max_train_queries:
             rows = rows[np.sort(rng.choice(rows.shape[0], size=cfg.max_train_queries, replace=False))]
-        model = self._new_model(q)
+        model = self._new_model(q, paths)
         self.models[q] = model
 
         if rows.shape[0] == 0:
@@ -630,7 +671,8 @@ class RulePredictor:
             if cfg.init == "amie":
                 assert self.graph is not None
                 none = np.zeros(0)
-                amie = rule_statistics(self.graph, q, self.bodies[q]).confidence if self.bodies.get(q) else none
+                graph = self._graph_of(q)
+                amie = rule_statistics(graph, q, self.bodies[q]).confidence if self.bodies.get(q) else none
                 constants = self.constants.get(q)
                 extra = constants.confidence if constants is not None else none
                 conf = torch.from_numpy(np.concatenate([amie, extra])).float()
@@ -904,22 +946,13 @@ class RulePredictor:
             out[q] = (w[:, 0] if w.shape[1] == 1 else w).detach().numpy().copy()
         return out
 
-    def rule_counts(self, graph_triples: np.ndarray | torch.Tensor | None = None) -> dict[int, RuleStatistics]:
-        """Per head relation: AMIE-style support / body size / head size of each body on the predictor's graph
-        (or on ``graph_triples``), for exporting rules with real confidence counts."""
-        graph = (
-            self.graph
-            if graph_triples is None
-            else SparseGraph.from_triples(
-                _np(graph_triples),
-                self.num_entities,
-                int(self.num_relations or self._infer_relations(_np(graph_triples))),
-                paths=self.config.paths,
-            )
-        )
-        if graph is None:
+    def rule_counts(self) -> dict[int, RuleStatistics]:
+        """Per head relation: AMIE-style support / body size / head size of each body on the predictor's graph,
+        for exporting rules with real confidence counts; each head counted on walks or simple paths as its model
+        grounds."""
+        if self.graph is None:
             raise RuntimeError("rule_counts needs a graph: call fit()/set_graph() or pass graph_triples")
-        return {q: rule_statistics(graph, q, bodies) for q, bodies in self.bodies.items() if bodies}
+        return {q: rule_statistics(self._graph_of(q), q, bodies) for q, bodies in self.bodies.items() if bodies}
 
 
 _WORKER: dict[str, Any] = {}
@@ -937,6 +970,17 @@ def _worker_fit(q: int) -> tuple[dict[str, Any], _HeadModel, ConstantRules | Non
     head_log = predictor._fit_head(q, *_WORKER["job"])
     model = predictor.models.pop(q)
     return head_log, model, predictor.constants.pop(q, None)
+
+
+def counted_paths(paths: PathsChoice) -> Paths:
+    """How rules are counted outside the fit for a ``PredictorConfig.paths`` choice (the client's mining and
+    confidences, the reading order, ``rules explain``): walks only when the choice is "walks"."""
+    return "walks" if paths == "walks" else "simple"
+
+
+def _primary(paths: PathsChoice) -> Paths:
+    """The primary graph's paths for a ``PredictorConfig.paths`` choice (walks for "auto")."""
+    return "simple" if paths == "simple" else "walks"
 
 
 def _given_or(given: np.ndarray | None, current: torch.Tensor) -> torch.Tensor:

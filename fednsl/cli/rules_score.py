@@ -46,6 +46,14 @@ def _bad_input(message: str) -> None:
     show_default=True,
     help="How the predictor combines the rules that reach a candidate.",
 )
+@click.option(
+    "--paths",
+    type=click.Choice(["walks", "simple", "auto"]),
+    default="walks",
+    show_default=True,
+    help="Ground bodies as walks (an entity may repeat), simple paths (AnyBURL's and AMIE's object identity), or "
+    "auto: each head fitted both ways, the better on valid kept.",
+)
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Use each head's first K rules (file order).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Predictor epochs per head.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the predictor's training.")
@@ -57,6 +65,7 @@ def score(
     relations_file: Path | None,
     split: str,
     aggregator: str,
+    paths: str,
     top: int | None,
     epochs: int | None,
     seed: int,
@@ -105,7 +114,7 @@ def score(
         _bad_input(str(err))
     if not rules:
         _bad_input(f"{rule_file}: no rules read")
-    predictor = {"epochs": epochs} if epochs else {}
+    predictor: dict[str, object] = {"paths": paths, **({"epochs": epochs} if epochs else {})}
     metrics, log = score_rules(rules, kg, aggregator=aggregator, split=split, predictor=predictor, seed=seed, top=top)
     m = metrics.compute()
     out = {
@@ -114,6 +123,7 @@ def score(
         "rule_file": str(rule_file),
         "format": fmt,
         "aggregator": aggregator,
+        "paths": paths,
         **log,
         **{k: m[k] for k in ("mrr", "mr", "hits@1", "hits@3", "hits@10", "mrr_pessimistic")},
         "queries": int(m["count"]),

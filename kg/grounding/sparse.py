@@ -176,6 +176,19 @@ class SparseGraph:
             paths=paths,
         )
 
+    def with_paths(self, paths: Paths) -> SparseGraph:
+        """The same graph (its adjacency shared, not copied) counting ``paths`` instead."""
+        return SparseGraph(
+            self.adjacency,
+            self.num_entities,
+            self.num_relations,
+            self.edge_keys,
+            backend=self.backend,
+            max_batch_bytes=self.max_batch_bytes,
+            dense_max_bytes=self.dense_max_bytes,
+            paths=paths,
+        )
+
     # ------------------------------------------------------------------ facts about the graph
     @property
     def num_edges(self) -> int:

@@ -500,3 +500,37 @@ def test_workers_out_of_range_are_refused() -> None:
     for bad in (0, 65):
         with pytest.raises(ValueError, match="workers must be 1..64"):
             RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(workers=bad))
+
+
+def test_auto_paths_keep_each_heads_better_fit_on_valid() -> None:
+    """paths="auto" fits every head on simple paths and on walks and keeps the one with the better valid MRR
+    (simple on a tie): its per-head log holds both MRRs, its model equals that of the one-way fit, and the heads
+    score as the chosen fit does."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=12, seed=0)
+    fits = {}
+    for paths in ("walks", "simple", "auto"):
+        p = RulePredictor(bodies, E, num_relations=R, config=PredictorConfig(epochs=10, eval_every=5, paths=paths))
+        fits[paths] = (p, p.fit(kg.train, kg.train, valid_triples=kg.valid))
+    auto, log = fits["auto"]
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    chosen = set()
+    for q, head in log["heads"].items():
+        if not head.get("valid_queries"):
+            continue
+        valid = {p: fits[p][1]["heads"][q]["best_valid_mrr"] for p in ("simple", "walks")}
+        assert head["paths_valid_mrr"] == pytest.approx(valid)
+        want = "simple" if valid["simple"] >= valid["walks"] else "walks"
+        assert head["paths"] == auto.models[q].paths == want
+        chosen.add(want)
+        torch.testing.assert_close(auto.models[q].weights, fits[want][0].models[q].weights)
+        rows = queries[queries[:, 1] == q]
+        if len(rows):
+            torch.testing.assert_close(auto.score(rows), fits[want][0].score(rows))
+    assert log["simple_paths_heads"] == sum(1 for m in auto.models.values() if m.paths == "simple")
+    assert chosen  # some head was chosen on valid

@@ -34,7 +34,7 @@ from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
 from rules.identity import canonical_body, equivalences
 from rules.kg_mining import mine_chain_rule_support, rank_bodies
-from rules.kg_predictor import PredictorConfig, RulePredictor
+from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
 
@@ -167,7 +167,7 @@ class FedNSLKGClient(Client):
     def graph(self) -> SparseGraph:
         if self._graph is None:
             self._graph = SparseGraph.from_triples(
-                self.part.train, self.E, self.R, paths=self._predictor_config().paths
+                self.part.train, self.E, self.R, paths=counted_paths(self._predictor_config().paths)
             )
             log.info(
                 "%s: sparse graph of %d facts, %.1f MB; grounding needs at most %.0f MB (graph + one batch)",

@@ -30,7 +30,7 @@ KG_GENERATOR_DEFAULTS: dict[str, Any] = {
 }
 
 
-_PATHS = ("walks", "simple")  # PredictorConfig.paths (kg.grounding.sparse.Paths)
+_PATHS = ("walks", "simple", "auto")  # PredictorConfig.paths
 _CHOICES = {
     "aggregator": ("sum", "max", "noisy-or"),
     "pool_mode": ("momentum", "mixture"),
