@@ -73,9 +73,9 @@ class PredictorConfig:
     feature: Feature = "log1p"
     # how a body is grounded: "walks" (RNNLogic's and Neural-LP's matrix products: an entity may repeat, so
     # ``~p, p, q`` also reaches what ``q`` reaches) or "simple" (simple paths, every variable a different entity:
-    # AnyBURL's and AMIE's object identity; kg.grounding.sparse); "auto": each head is fitted both ways and keeps
-    # the one with the better valid MRR (twice the fitting time; simple on a tie). The client's mining and
-    # confidences count simple paths unless this is "walks"
+    # AnyBURL's and AMIE's object identity; kg.grounding.sparse); "auto": every head is fitted both ways and the
+    # predictor keeps the way with the better valid MRR over all heads' valid queries (twice the fitting time;
+    # simple on a tie). The client's mining and confidences count simple paths unless this is "walks"
     paths: PathsChoice = "walks"
     entity_bias: bool = True
     lr: float = 0.02
@@ -191,7 +191,7 @@ class _HeadModel:
     type_weights: torch.Tensor | None = None  # (2R,) u_q of the type prior, 0 at q and q⁻¹
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
     evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
-    paths: Paths = "walks"  # how the head's bodies are grounded (PredictorConfig.paths; chosen per head for "auto")
+    paths: Paths = "walks"  # how the head's bodies are grounded (PredictorConfig.paths, or the choice of "auto")
     nonredundant: NonRedundant | None = None  # the non-redundant noisy-OR term chosen on valid (config.nonredundant)
 
     def parameters(self) -> list[torch.Tensor]:
@@ -246,6 +246,7 @@ class RulePredictor:
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None  # the primary graph (walks, unless config.paths is "simple")
         self._graphs: dict[str, SparseGraph] = {}  # by paths: the primary graph, and its simple twin for "auto"
+        self._trials: dict[int, dict[str, tuple[dict[str, Any], _HeadModel]]] = {}  # "auto": both fits of a head
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -587,9 +588,11 @@ class RulePredictor:
             with ProcessPoolExecutor(cfg.workers, ctx, initializer=_worker_init, initargs=(self, job)) as pool:
                 done = dict(zip(order, pool.map(_worker_fit, order)))
             for q in todo:
-                log["heads"][q], self.models[q], constants = done[q]
+                log["heads"][q], self.models[q], constants, trials = done[q]
                 if constants is not None:
                     self.constants[q] = constants
+                if trials is not None:
+                    self._trials[q] = trials
         else:
             for q in todo:
                 log["heads"][q] = self._fit_head(q, *job)
@@ -598,7 +601,7 @@ class RulePredictor:
         if cfg.nonredundant:
             log["nonredundant_heads"] = sum(1 for q in todo if self.models[q].nonredundant is not None)
         if cfg.paths == "auto":
-            log["simple_paths_heads"] = sum(1 for q in todo if self.models[q].paths == "simple")
+            log["paths"], log["paths_valid_mrr"] = self._choose_paths(todo, log["heads"])
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
@@ -630,13 +633,28 @@ class RulePredictor:
         job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
         if cfg.paths != "auto":
             return self._fit_head_on(q, cfg.paths, *job)
-        tried: dict[str, tuple[dict[str, Any], _HeadModel]] = {}
-        for paths in ("simple", "walks"):
-            tried[paths] = (self._fit_head_on(q, paths, *job), self.models[q])
-        valid = {p: float(head_log.get("best_valid_mrr", -1.0)) for p, (head_log, _) in tried.items()}
-        chosen = max(valid, key=lambda p: valid[p])  # the first best: simple on a tie
-        head_log, self.models[q] = tried[chosen]
-        return {**head_log, "paths": chosen, "paths_valid_mrr": valid}
+        trials = {paths: (self._fit_head_on(q, paths, *job), self.models[q]) for paths in ("simple", "walks")}
+        self._trials[q] = trials  # fit() keeps one of the two for every head (_choose_paths)
+        return trials["simple"][0]
+
+    def _choose_paths(self, heads: Sequence[int], logs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, float]]:
+        """For ``paths: auto``: the way (simple or walks) with the better valid MRR over all heads' valid queries
+        (simple on a tie); every head keeps its fit of that way, and its log its valid MRR both ways."""
+        total = {"simple": 0.0, "walks": 0.0}
+        n = 0
+        for q in heads:
+            trials = self._trials[q]
+            k = int(trials["simple"][0].get("valid_queries", 0))
+            n += k
+            for paths, (head_log, _) in trials.items():
+                total[paths] += k * max(float(head_log.get("best_valid_mrr", 0.0)), 0.0)
+        pooled = {p: v / max(n, 1) for p, v in total.items()}
+        chosen = max(pooled, key=lambda p: pooled[p])  # the first best: simple on a tie
+        for q in heads:
+            trials = self._trials.pop(q)
+            head_log, self.models[q] = trials[chosen]
+            logs[q] = {**head_log, "paths_valid_mrr": {p: t[0].get("best_valid_mrr", -1.0) for p, t in trials.items()}}
+        return chosen, pooled
 
     def _fit_head_on(
         self,
@@ -964,12 +982,14 @@ def _worker_init(predictor: RulePredictor, job: tuple[Any, ...]) -> None:
     _WORKER["predictor"], _WORKER["job"] = predictor, job
 
 
-def _worker_fit(q: int) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None]:
-    """Fit head q in a worker: its log, its fitted model and its rules with constants."""
+def _worker_fit(
+    q: int,
+) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None, dict[str, tuple[dict[str, Any], _HeadModel]] | None]:
+    """Fit head q in a worker: its log, its fitted model, its rules with constants and (``paths: auto``) both fits."""
     predictor: RulePredictor = _WORKER["predictor"]
     head_log = predictor._fit_head(q, *_WORKER["job"])
     model = predictor.models.pop(q)
-    return head_log, model, predictor.constants.pop(q, None)
+    return head_log, model, predictor.constants.pop(q, None), predictor._trials.pop(q, None)
 
 
 def counted_paths(paths: PathsChoice) -> Paths:

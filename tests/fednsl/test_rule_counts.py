@@ -72,9 +72,10 @@ def test_runs_of_other_methods_are_left_alone(tmp_path: Path) -> None:
 
 
 def test_training_graph_grounds_as_the_run_did(tmp_path: Path) -> None:
-    """The reading order is measured on walks or simple paths, as the run's ``predictor.paths`` grounded."""
+    """The reading order is measured on walks or simple paths, as the run's ``predictor.paths`` counted."""
     store = RuleStore.load(_run(tmp_path / "run"))
-    for extra, want in (([], "walks"), (["method_kwargs.predictor.paths=simple"], "simple")):
+    for paths, want in (("walks", "walks"), ("simple", "simple"), ("auto", "simple")):
+        extra = [f"method_kwargs.predictor.paths={paths}"]
         config = load_config("configs/fednsl_kg_synthetic.yaml", [f"data.source={tmp_path / 'gone'}", *extra])
         assert run_paths(config) == want
         assert kg_training(config, store, _federation()).graph.paths == want

@@ -461,8 +461,8 @@ def test_given_confidence_and_weights_start_the_first_bodies_only() -> None:
     assert log["heads"][1]["history"][0][0] == 0  # the start was scored on valid before training
 
 
-@pytest.mark.parametrize("constants", [0, 5])
-def test_worker_processes_fit_the_same_weights_as_one_process(constants: int) -> None:
+@pytest.mark.parametrize(("constants", "paths"), [(0, "walks"), (5, "walks"), (0, "auto")])
+def test_worker_processes_fit_the_same_weights_as_one_process(constants: int, paths: str) -> None:
     train, test = family(seed=2)
     valid = test[:2]
 
@@ -476,6 +476,7 @@ def test_worker_processes_fit_the_same_weights_as_one_process(constants: int) ->
             constant_rules=constants,
             constant_min_support=1,
             workers=workers,
+            paths=paths,  # type: ignore[arg-type]
         )
         p = RulePredictor({1: [(0, 0), (2,), (0, 2)], 4: [(3, 3), (2,)], 0: [(1, 3)]}, 36, num_relations=3, config=cfg)
         log = p.fit(train, train, valid_triples=valid)
@@ -490,6 +491,7 @@ def test_worker_processes_fit_the_same_weights_as_one_process(constants: int) ->
         np.testing.assert_array_equal(m.h_score, two.models[q].h_score)
     assert {q: len(c) for q, c in one.constants.items()} == {q: len(c) for q, c in two.constants.items()}
     assert log1.get("constant_rules") == log2.get("constant_rules")
+    assert log1.get("paths") == log2.get("paths") and {m.paths for m in two.models.values()} <= {log2.get("paths", paths)}
     queries = torch.from_numpy(np.concatenate([test[:, [0, 1]], test[:, [2, 1]] + [0, 3]]))
     assert torch.equal(one.score(queries), two.score(queries))
     for q in log1["heads"]:
@@ -502,10 +504,10 @@ def test_workers_out_of_range_are_refused() -> None:
             RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(workers=bad))
 
 
-def test_auto_paths_keep_each_heads_better_fit_on_valid() -> None:
-    """paths="auto" fits every head on simple paths and on walks and keeps the one with the better valid MRR
-    (simple on a tie): its per-head log holds both MRRs, its model equals that of the one-way fit, and the heads
-    score as the chosen fit does."""
+def test_auto_paths_keep_the_way_with_the_better_pooled_valid_mrr() -> None:
+    """paths="auto" fits every head on simple paths and on walks and keeps, for all heads, the way whose valid MRR
+    pooled over the heads' valid queries is higher (simple on a tie): the pooled MRRs equal those of the two
+    one-way fits, and every head's model and scores equal the chosen one-way fit's."""
     from kg.grounding.sparse import SparseGraph
     from kg.kg_sources import load_kg
     from rules.kg_mining import mine_chain_rules
@@ -518,19 +520,19 @@ def test_auto_paths_keep_each_heads_better_fit_on_valid() -> None:
         p = RulePredictor(bodies, E, num_relations=R, config=PredictorConfig(epochs=10, eval_every=5, paths=paths))
         fits[paths] = (p, p.fit(kg.train, kg.train, valid_triples=kg.valid))
     auto, log = fits["auto"]
+    pooled = {}
+    for way in ("simple", "walks"):
+        heads = [h for h in fits[way][1]["heads"].values() if h.get("valid_queries")]
+        pooled[way] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(h["valid_queries"] for h in heads)
+    assert log["paths_valid_mrr"] == pytest.approx(pooled)
+    want = "simple" if pooled["simple"] >= pooled["walks"] else "walks"
+    assert log["paths"] == want
     queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
-    chosen = set()
     for q, head in log["heads"].items():
-        if not head.get("valid_queries"):
-            continue
-        valid = {p: fits[p][1]["heads"][q]["best_valid_mrr"] for p in ("simple", "walks")}
-        assert head["paths_valid_mrr"] == pytest.approx(valid)
-        want = "simple" if valid["simple"] >= valid["walks"] else "walks"
-        assert head["paths"] == auto.models[q].paths == want
-        chosen.add(want)
+        assert auto.models[q].paths == want
         torch.testing.assert_close(auto.models[q].weights, fits[want][0].models[q].weights)
-        rows = queries[queries[:, 1] == q]
-        if len(rows):
-            torch.testing.assert_close(auto.score(rows), fits[want][0].score(rows))
-    assert log["simple_paths_heads"] == sum(1 for m in auto.models.values() if m.paths == "simple")
-    assert chosen  # some head was chosen on valid
+        if head.get("valid_queries"):
+            assert head["paths_valid_mrr"] == pytest.approx(
+                {w: fits[w][1]["heads"][q]["best_valid_mrr"] for w in ("simple", "walks")}
+            )
+    torch.testing.assert_close(auto.score(queries), fits[want][0].score(queries))

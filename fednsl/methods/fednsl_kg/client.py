@@ -405,8 +405,8 @@ class FedNSLKGClient(Client):
                 metrics[key] = float(log[key])
         if "nonredundant_heads" in log:  # heads whose valid MRR chose the non-redundant noisy-OR (predictor option)
             metrics["heads_nonredundant"] = float(log["nonredundant_heads"])
-        if "simple_paths_heads" in log:  # heads whose valid MRR chose simple paths over walks (predictor.paths auto)
-            metrics["heads_simple_paths"] = float(log["simple_paths_heads"])
+        if "paths" in log:  # predictor.paths auto: 1 when the valid MRR chose simple paths over walks
+            metrics["simple_paths"] = float(log["paths"] == "simple")
         arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
         if self.cfg.federated_confidence:
             arrays["evidence"] = self._evidence(p)

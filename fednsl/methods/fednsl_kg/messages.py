@@ -112,7 +112,7 @@ TRAIN_METRICS = (
     "valid_mrr_local",
     "heads_local",
     "heads_nonredundant",
-    "heads_simple_paths",
+    "simple_paths",
     "time_fit_s",
     "time_counts_s",
 )
