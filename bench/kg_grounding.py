@@ -66,11 +66,12 @@ def _reset_peak() -> bool:
         return False
 
 
-def rule_workload(kg: Any, graph: SparseGraph, n: int, queries: int, rng: np.random.Generator
-                  ) -> list[tuple[tuple[int, ...], np.ndarray]]:
+def rule_workload(kg: Any, graph: SparseGraph, n: int, queries: int, rng: np.random.Generator,
+                  heads_out: list[int] | None = None) -> list[tuple[tuple[int, ...], np.ndarray]]:
     """``n`` (body, starts) pairs as the predictor grounds them: head relations of random test facts, for each a
     mined body of that head (random among its 20 most confident, lengths 1-3), and as starts the heads of
-    ``queries`` facts of that relation drawn from train (with replacement when it has fewer)."""
+    ``queries`` facts of that relation drawn from train (with replacement when it has fewer). ``heads_out``: gets
+    each pair's head relation appended."""
     R = kg.num_relations
     heads: list[int] = []
     directed = np.concatenate([kg.test, np.stack([kg.test[:, 2], kg.test[:, 1] + R, kg.test[:, 0]], 1)])
@@ -88,6 +89,8 @@ def rule_workload(kg: Any, graph: SparseGraph, n: int, queries: int, rng: np.ran
         body = mined[q][int(rng.integers(len(mined[q])))]
         pool = train_dir[train_dir[:, 1] == q, 0]
         out.append((body, rng.choice(pool, size=queries, replace=pool.size < queries)))
+        if heads_out is not None:
+            heads_out.append(q)
     return out
 
 

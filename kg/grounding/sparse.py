@@ -83,6 +83,14 @@ class _Exclusion:
         return self.row[sel], self.src[sel], self.dst[sel]
 
 
+def _scale_columns(m: sp.csr_matrix, v: np.ndarray) -> sp.csr_matrix:
+    """m · diag(v) for a CSR m (B, E) and a dense v (E,), without broadcasting v to (B, E)."""
+    out = sp.csr_matrix(m, copy=True)
+    out.data = out.data * v[out.indices]
+    out.eliminate_zeros()
+    return out
+
+
 class SparseGraph:
     """One KG as 2R sparse adjacency matrices (relations 0..R-1 and their inverses R..2R-1).
 
@@ -417,14 +425,14 @@ class SparseGraph:
         dense = isinstance(y, np.ndarray)
         diag = self._self_loops(q)
         if prefix and diag is not None:
-            y = y - (x * diag[None, :] if dense else sp.csr_matrix(x.multiply(diag[None, :])))
+            y = y - (x * diag[None, :] if dense else _scale_columns(x, diag))
         if len(prefix) == 2:
             b2 = prefix[1]
             via_start = self.adjacency[self.inverse(b2)][starts].multiply(self.adjacency[q][starts])
             if dense:
                 y = y - first * (self._two_cycles(b2, q)[None, :] - via_start.toarray())
             else:
-                y = y - sp.csr_matrix(first.multiply(self._two_cycles(b2, q)[None, :])) + first.multiply(via_start)
+                y = y - _scale_columns(first, self._two_cycles(b2, q)) + first.multiply(via_start)
         if dense:
             y[np.arange(starts.size), starts] = 0.0
             return y
