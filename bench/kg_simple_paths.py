@@ -51,7 +51,7 @@ def naive_simple_counts(
 
 def _timed(graph: SparseGraph, body: tuple[int, ...], starts: np.ndarray, exclude: np.ndarray) -> tuple[float, Any]:
     t = time.perf_counter()
-    (_, mat), = graph.iter_path_counts([body], starts, exclude=exclude)
+    ((_, mat),) = graph.iter_path_counts([body], starts, exclude=exclude)
     return time.perf_counter() - t, mat
 
 
@@ -86,8 +86,14 @@ def bench_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 ref[node] = c
             max_diff = max(max_diff, float(np.abs(ref - ours[i]).max()))
         w, s_ = statistics.median(t_w), statistics.median(t_s)
-        rows.append({"body": list(body), "walks_ms_per_1000": w * 1e6 / args.queries,
-                     "simple_ms_per_1000": s_ * 1e6 / args.queries, "ratio": s_ / w})
+        rows.append(
+            {
+                "body": list(body),
+                "walks_ms_per_1000": w * 1e6 / args.queries,
+                "simple_ms_per_1000": s_ * 1e6 / args.queries,
+                "ratio": s_ / w,
+            }
+        )
     ratios = [r["ratio"] for r in rows]
     return {
         "dataset": name,
