@@ -244,8 +244,8 @@ class RulePredictor:
             if any(len(b) == 0 for b in uniq):
                 raise ValueError(f"head {q}: empty body")
             self.bodies[int(q)] = uniq
-        self.graph: SparseGraph | None = None  # the primary graph (walks, unless config.paths is "simple")
-        self._graphs: dict[str, SparseGraph] = {}  # by paths: the primary graph, and its simple twin for "auto"
+        self.graph: SparseGraph | None = None  # counting as counted_paths(config.paths)
+        self._graphs: dict[str, SparseGraph] = {}  # by paths: the graph, and for "auto" its walks twin
         self._trials: dict[int, dict[str, tuple[dict[str, Any], _HeadModel]]] = {}  # "auto": both fits of a head
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
@@ -269,14 +269,14 @@ class RulePredictor:
         for q, bodies in self.bodies.items():
             if not 0 <= q < 2 * R or any(not 0 <= x < 2 * R for b in bodies for x in b):
                 raise ValueError(f"head {q}: a relation id is outside [0, {2 * R}) for R = {R} relations")
-        self.graph = SparseGraph.from_triples(arr, self.num_entities, R, paths=_primary(self.config.paths))
+        self.graph = SparseGraph.from_triples(arr, self.num_entities, R, paths=counted_paths(self.config.paths))
         self._graphs = {self.graph.paths: self.graph}
         if self.config.paths == "auto":
-            self._graphs["simple"] = self.graph.with_paths("simple")
+            self._graphs["walks"] = self.graph.with_paths("walks")
         return self.graph
 
     def _graph_of(self, q: int) -> SparseGraph:
-        """The graph head q's bodies ground on (its model's ``paths``; the primary graph before it has one)."""
+        """The graph head q's bodies ground on (its model's ``paths``; :attr:`graph` before it has one)."""
         assert self.graph is not None
         model = self.models.get(q)
         return self.graph if model is None else self._graphs[model.paths]
@@ -531,7 +531,7 @@ class RulePredictor:
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
-        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)), paths=paths or _primary(self.config.paths))
+        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)), paths=paths or counted_paths(self.config.paths))
         if self.config.type_prior:
             R2 = 2 * int(self.num_relations or 0)
             model.type_weights = torch.zeros(R2)
@@ -993,14 +993,9 @@ def _worker_fit(
 
 
 def counted_paths(paths: PathsChoice) -> Paths:
-    """How rules are counted outside the fit for a ``PredictorConfig.paths`` choice (the client's mining and
-    confidences, the reading order, ``rules explain``): walks only when the choice is "walks"."""
+    """How rules are counted for a ``PredictorConfig.paths`` choice outside the fits of "auto" (the client's mining
+    and confidences, the reading order, ``rules explain``): walks only when the choice is "walks"."""
     return "walks" if paths == "walks" else "simple"
-
-
-def _primary(paths: PathsChoice) -> Paths:
-    """The primary graph's paths for a ``PredictorConfig.paths`` choice (walks for "auto")."""
-    return "simple" if paths == "simple" else "walks"
 
 
 def _given_or(given: np.ndarray | None, current: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,7 @@ def _bad_input(message: str) -> None:
 )
 @click.option(
     "--paths",
-    type=click.Choice(["walks", "simple", "auto"]),
+    type=click.Choice(["walks", "simple", "auto"]),  # rules.kg_predictor.PathsChoice (not imported: --help stays fast)
     default="walks",
     show_default=True,
     help="Ground bodies as walks (an entity may repeat), simple paths (AnyBURL's and AMIE's object identity), or "

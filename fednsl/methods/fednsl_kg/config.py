@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
-from rules.kg_predictor import PredictorConfig
+from rules.kg_predictor import PathsChoice, PredictorConfig
 
 __all__ = ["KG_GENERATOR_DEFAULTS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
 
@@ -30,7 +30,7 @@ KG_GENERATOR_DEFAULTS: dict[str, Any] = {
 }
 
 
-_PATHS = ("walks", "simple", "auto")  # PredictorConfig.paths
+_PATHS = get_args(PathsChoice)  # PredictorConfig.paths
 _CHOICES = {
     "aggregator": ("sum", "max", "noisy-or"),
     "pool_mode": ("momentum", "mixture"),
