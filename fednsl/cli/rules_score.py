@@ -52,7 +52,7 @@ def _bad_input(message: str) -> None:
     default="walks",
     show_default=True,
     help="Ground bodies as walks (an entity may repeat), simple paths (AnyBURL's and AMIE's object identity), or "
-    "auto: each head fitted both ways, the better on valid kept.",
+    "auto: every head fitted both ways, the way with the better valid MRR over all heads kept.",
 )
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Use each head's first K rules (file order).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Predictor epochs per head.")
