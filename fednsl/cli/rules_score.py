@@ -133,7 +133,7 @@ def score(
         return
     click.echo(
         f"{kg.name} {split}: {out['rules']} rules over {out['heads']} head relations, "
-        f"{out['queries']} queries (filtered, ties by expectation)"
+        f"{out['queries']} queries (filtered, ties by expectation), bodies grounded as {out['grounded_on']}"
     )
     click.echo(
         f"  MRR {m['mrr']:.4f}  MR {m['mr']:.1f}  Hits@1 {m['hits@1']:.4f}  Hits@3 {m['hits@3']:.4f}  "

@@ -49,7 +49,7 @@ def score_rules(
     batch_size: int | None = None,
 ) -> tuple[RankingMetrics, dict[str, Any]]:
     """Fit the predictor on ``rules`` over ``kg`` and rank ``split``; returns the metrics state and a log
-    (rules used, heads, seconds). With no rules the predictor is its per-entity bias alone (a no-rule baseline)."""
+    (rules used, heads, how bodies were grounded, seconds). With no rules the predictor is its per-entity bias alone (a no-rule baseline)."""
     R = kg.num_relations
     for rule in rules:
         if not 0 <= rule.head < 2 * R or any(not 0 <= b < 2 * R for b in rule.body):
@@ -58,12 +58,13 @@ def score_rules(
     cfg = PredictorConfig(**{**(predictor or {}), "aggregator": aggregator})
     model = RulePredictor(rule_sets, kg.num_entities, aggregator, num_relations=R, config=cfg)  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    model.fit(kg.train, kg.train, seed=seed, valid_triples=kg.valid if len(kg.valid) else None, num_relations=R)
+    fit = model.fit(kg.train, kg.train, seed=seed, valid_triples=kg.valid if len(kg.valid) else None, num_relations=R)
     t1 = time.perf_counter()
     metrics = evaluate_link_prediction(model.score, kg, split, batch_size, known_answers(kg))
     return metrics, {
         "rules": sum(len(b) for h, b in rule_sets.items() if h < R),
         "heads": sum(h < R for h in rule_sets),
+        "grounded_on": fit.get("paths", cfg.paths),  # walks or simple (for paths auto: the choice on valid)
         "fit_s": t1 - t0,
         "eval_s": time.perf_counter() - t1,
     }

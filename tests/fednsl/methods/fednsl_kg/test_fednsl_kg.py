@@ -158,6 +158,11 @@ def test_export_anyburl_and_amie_with_real_counts(central: Path, tmp_path: Path)
                    "--top", "3", "--epochs", "5", "--json"])
     scored = json.loads(out)
     assert scored["queries"] == 2 * len(kg.test) and 0 < scored["mrr"] <= 1
+    assert scored["paths"] == scored["grounded_on"] == "walks"
+    for paths, grounded in (("simple", {"simple"}), ("auto", {"simple", "walks"})):
+        other = json.loads(_invoke(["rules", "score", str(tmp_path / "rules.txt"), "--kg", str(tmp_path / "kg"),
+                                    "--format", "anyburl", "--top", "3", "--epochs", "5", "--paths", paths, "--json"]))
+        assert other["paths"] == paths and other["grounded_on"] in grounded and 0 < other["mrr"] <= 1
     # the same rules written as AMIE TSV and as RNNLogic integer rules (with its relations.dict) score identically
     (tmp_path / "rules.amie").write_text(amie)
     (tmp_path / "rules.rnnlogic").write_text(_invoke(["rules", "export", str(central), "--format", "rnnlogic"]))
