@@ -58,6 +58,11 @@ __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciproca
 
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
+# a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
+# queries, epochs and seed
+_FitJob = tuple[
+    np.ndarray, np.ndarray | None, dict[tuple[int, int], set[int]], dict[tuple[int, int], set[int]], int, int
+]
 Feature = str  # "log1p", "count", "indicator", "fraction" or several joined by "+"
 Body = tuple[int, ...]
 _AGGREGATORS = ("sum", "max", "noisy-or")
@@ -617,8 +622,8 @@ class RulePredictor:
         epochs: int,
         seed: int,
     ) -> dict[str, Any]:
-        """Mine head q's rules with constants (``constant_rules``), then fit its model (for ``paths: auto`` on
-        simple paths and on walks, keeping the better on valid); returns the head's log."""
+        """Mine head q's rules with constants (``constant_rules``), then fit its model (for ``paths: auto`` once on
+        simple paths and once on walks: :meth:`fit` keeps one way for all heads); returns the head's log."""
         cfg = self.config
         if cfg.constant_rules > 0:
             assert self.graph is not None
@@ -630,10 +635,10 @@ class RulePredictor:
                 min_support=cfg.constant_min_support,
                 seed=seed,
             )
-        job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
+        job: _FitJob = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
         if cfg.paths != "auto":
-            return self._fit_head_on(q, cfg.paths, *job)
-        trials = {paths: (self._fit_head_on(q, paths, *job), self.models[q]) for paths in ("simple", "walks")}
+            return self._fit_head_on(q, cfg.paths, job)
+        trials = {paths: (self._fit_head_on(q, paths, job), self.models[q]) for paths in ("simple", "walks")}
         self._trials[q] = trials  # fit() keeps one of the two for every head (_choose_paths)
         return trials["simple"][0]
 
@@ -656,18 +661,9 @@ class RulePredictor:
             logs[q] = {**head_log, "paths_valid_mrr": {p: t[0].get("best_valid_mrr", -1.0) for p, t in trials.items()}}
         return chosen, pooled
 
-    def _fit_head_on(
-        self,
-        q: int,
-        paths: Paths,
-        train_dir: np.ndarray,
-        valid_dir: np.ndarray | None,
-        known_train: dict[tuple[int, int], set[int]],
-        known_valid: dict[tuple[int, int], set[int]],
-        epochs: int,
-        seed: int,
-    ) -> dict[str, Any]:
+    def _fit_head_on(self, q: int, paths: Paths, job: _FitJob) -> dict[str, Any]:
         """Fit head q's model with its bodies grounded as ``paths``; returns the head's log."""
+        train_dir, valid_dir, known_train, known_valid, epochs, seed = job
         cfg = self.config
         rng = np.random.default_rng([seed, q])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))

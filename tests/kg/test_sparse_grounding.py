@@ -14,17 +14,25 @@ from hypothesis import strategies as st
 from kg.grounding.sparse import SparseGraph, SparseGraphError
 
 
-def brute_counts(
-    triples: np.ndarray, num_relations: int, body: tuple[int, ...], start: int, num_entities: int,
-    exclude: tuple[int, int, int] | None = None,
-) -> np.ndarray:
-    """Walk counts by explicit path expansion over a dict adjacency (facts deduplicated, inverses added)."""
+def _facts(
+    triples: np.ndarray, num_relations: int, exclude: tuple[int, int, int] | None
+) -> set[tuple[int, ...]]:
+    """The distinct facts of ``triples``, less the excluded one (named forwards or through its inverse relation)."""
     facts = {tuple(int(x) for x in row) for row in triples}
     if exclude is not None:
         h, r, t = exclude
         if r >= num_relations:  # an inverse-relation triple names the fact (t, r - R, h)
             h, r, t = t, r - num_relations, h
         facts.discard((h, r, t))
+    return facts
+
+
+def brute_counts(
+    triples: np.ndarray, num_relations: int, body: tuple[int, ...], start: int, num_entities: int,
+    exclude: tuple[int, int, int] | None = None,
+) -> np.ndarray:
+    """Walk counts by explicit path expansion over a dict adjacency (facts deduplicated, inverses added)."""
+    facts = _facts(triples, num_relations, exclude)
     adj: dict[tuple[int, int], list[int]] = defaultdict(list)
     for h, r, t in facts:
         adj[(h, r)].append(t)
@@ -47,12 +55,7 @@ def brute_simple_counts(
     exclude: tuple[int, int, int] | None = None,
 ) -> np.ndarray:
     """Simple-path counts by enumerating every sequence of pairwise different entities start, z_1, ..., z_L."""
-    facts = {tuple(int(x) for x in row) for row in triples}
-    if exclude is not None:
-        h, r, t = exclude
-        if r >= num_relations:
-            h, r, t = t, r - num_relations, h
-        facts.discard((h, r, t))
+    facts = _facts(triples, num_relations, exclude)
     edges = facts | {(t, r + num_relations, h) for h, r, t in facts}
     out = np.zeros(num_entities)
     for rest in itertools.permutations([e for e in range(num_entities) if e != start], len(body)):
