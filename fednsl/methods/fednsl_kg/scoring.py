@@ -49,7 +49,8 @@ def score_rules(
     batch_size: int | None = None,
 ) -> tuple[RankingMetrics, dict[str, Any]]:
     """Fit the predictor on ``rules`` over ``kg`` and rank ``split``; returns the metrics state and a log
-    (rules used, heads, how bodies were grounded, seconds). With no rules the predictor is its per-entity bias alone (a no-rule baseline)."""
+    (rules used, heads, how bodies were grounded, seconds). With no rules the predictor is its per-entity bias
+    alone (a no-rule baseline)."""
     R = kg.num_relations
     for rule in rules:
         if not 0 <= rule.head < 2 * R or any(not 0 <= b < 2 * R for b in rule.body):
