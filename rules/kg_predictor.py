@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import scipy.sparse as sp
@@ -58,6 +58,7 @@ __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciproca
 
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
+PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -241,6 +242,8 @@ class RulePredictor:
             raise ValueError(f"workers must be 1..64, got {self.config.workers!r}")
         if not 0.0 <= self.config.smoothing <= 1.0:
             raise ValueError(f"smoothing must be in [0, 1], got {self.config.smoothing!r}")
+        if self.config.paths not in PATHS_CHOICES:
+            raise ValueError(f"paths must be one of {PATHS_CHOICES}, got {self.config.paths!r}")
         self.num_entities = int(num_entities)
         self.num_relations = num_relations
         self.bodies: dict[int, list[Body]] = {}

@@ -136,6 +136,8 @@ def test_expected_reciprocal_rank_matches_tie_permutations() -> None:
 def test_bad_input() -> None:
     with pytest.raises(ValueError, match="aggregator"):
         RulePredictor({1: [(0,)]}, 3, "mean")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="paths must be one of"):
+        RulePredictor({1: [(0,)]}, 3, config=PredictorConfig(paths="trails"))  # type: ignore[arg-type]
     p = RulePredictor({1: [(7,)]}, 3, num_relations=2)
     with pytest.raises(ValueError, match="outside"):
         p.set_graph(np.array([[0, 0, 1]]))

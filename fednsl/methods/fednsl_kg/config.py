@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
-from rules.kg_predictor import PathsChoice, PredictorConfig
+from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
 
 __all__ = ["KG_GENERATOR_DEFAULTS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
 
@@ -30,7 +30,6 @@ KG_GENERATOR_DEFAULTS: dict[str, Any] = {
 }
 
 
-_PATHS = get_args(PathsChoice)  # PredictorConfig.paths
 _CHOICES = {
     "aggregator": ("sum", "max", "noisy-or"),
     "pool_mode": ("momentum", "mixture"),
@@ -112,8 +111,8 @@ class FedNSLKGConfig:
                 f"expected some of {', '.join(sorted(known))}"
             )
         paths = self.predictor.get("paths", PredictorConfig.paths)
-        if paths not in _PATHS:
-            raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {_PATHS}")
+        if paths not in PATHS_CHOICES:
+            raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {PATHS_CHOICES}")
 
     @property
     def gen(self) -> GeneratorOptions:
