@@ -129,8 +129,11 @@ def test_tls_auth_and_a_killed_supernode(tmp_path, monkeypatch):
     assert strip_times([r for r in dep.rows if r["round"] == 1]) == strip_times([r for r in ref.rows if r["round"] == 1])
     r2 = next(r for r in dep.rows if r["scope"] == "server" and r["round"] == 2 and r["stage"] == "train")
     assert r2["train.replies"] == 2 and r2["train.aborted"] == 0
-    if r2["train.dropped"]:  # c2 was still listed when round 2 began: Flower reported it unavailable
-        assert "dropped c2: Flower error 5: Error: Node Unavailable" in (run_dir / "run.log").read_text()
+    if r2["train.dropped"]:  # c2 was still listed when round 2 began: the ServerApp dropped it and said so
+        # (the in-process reference run logs its own "dropped c2" into the same file: only [serverapp] lines count;
+        # which error reports the dead node, Flower's "Node Unavailable" or a lost reply, depends on timing)
+        lines = (run_dir / "run.log").read_text().splitlines()
+        assert any("[serverapp]" in line and "dropped c2: " in line for line in lines)
     assert intruder.proc.returncode != 0
     assert "Failed to activate SuperNode" in intruder.log_tail(20000)
 
