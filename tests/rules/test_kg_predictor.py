@@ -321,6 +321,57 @@ def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: 
     assert unreached > 0 and filtered_reached > 0
 
 
+def test_cells_equal_numpy_unique() -> None:
+    """The marker count (cells dense enough) and np.unique (sparse) give np.unique's cells and inverse."""
+    from rules.kg_predictor import _cells
+
+    rng = np.random.default_rng(0)
+    for n, size in [(0, 5), (1, 1), (50, 40), (5000, 3000), (5000, 10**8)]:  # the last one by np.unique
+        flat = rng.integers(0, size, n)
+        cells, inverse = _cells(flat, size)
+        want_cells, want_inverse = np.unique(flat, return_inverse=True)
+        np.testing.assert_array_equal(cells, want_cells)
+        np.testing.assert_array_equal(inverse, want_inverse)
+
+
+@pytest.mark.parametrize("batch_nnz", [8_000_000, 40])
+def test_design_is_the_canonical_csr_of_the_groundings(batch_nnz: int) -> None:
+    """Φ built by counting rows equals scipy's canonical CSR of the (cell, rule·F + k) entries — same indptr,
+    indices and data — with constant rules sharing cells and batches split by query (small ``batch_nnz``)."""
+    import scipy.sparse as sp
+
+    from rules.kg_mining import directed_triples
+    from rules.kg_predictor import _known
+
+    train, _ = family(n_families=10, seed=4)
+    cfg = PredictorConfig(
+        feature="log1p+indicator", batch_size=8, batch_nnz=batch_nnz, constant_rules=20, constant_min_support=1
+    )
+    p = RulePredictor({1: [(0, 0), (2,), (0, 2), (5, 2), (2, 5)]}, 30, num_relations=3, config=cfg)
+    p.set_graph(train)
+    tr = directed_triples(train, 3)
+    from rules.kg_constant_rules import mine_constant_rules
+
+    assert p.graph is not None
+    p.constants[1] = mine_constant_rules(p.graph, 1, tr[tr[:, 1] == 1][:, [0, 2]], 20, min_support=1)
+    assert len(p.constants[1]) > 1
+    queries = np.stack([np.arange(30), np.zeros(30, dtype=np.int64)], 1)
+    batches = list(p._batches(1, queries, _known(tr), exclude_own=False))
+    assert len(batches) > (1 if batch_nnz < 1000 else 0)
+    for batch in batches:
+        cells, phi = p._design(batch)
+        want_cells, inverse = np.unique(batch.flat.numpy(), return_inverse=True)
+        cols = batch.rule.numpy()[:, None] * 2 + np.arange(2)[None, :]
+        feats = p._phi(batch).numpy()
+        want = sp.csr_matrix(
+            (feats.ravel(), (np.repeat(inverse, 2), cols.ravel())), shape=phi.shape, dtype=np.float32
+        )
+        np.testing.assert_array_equal(cells.numpy(), want_cells)
+        assert phi.has_canonical_format
+        for a, b in [(phi.indptr, want.indptr), (phi.indices, want.indices), (phi.data, want.data)]:
+            np.testing.assert_array_equal(a, b)
+
+
 def test_batch_nnz_splits_batches_by_query_without_changing_groundings() -> None:
     """With a small ``batch_nnz`` a chunk's groundings are split by query row: every batch holds at most batch_nnz
     entries (or one query), and the per-query entries, answers and filters equal those of the unsplit batch."""
