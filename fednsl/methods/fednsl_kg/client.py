@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import time
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -60,27 +62,65 @@ def mine_forward_rules(
     ``identity`` (default false: when true, one body per rule identity before the cap — bodies equal up to the
     symmetric and inverse relations measured on ``train`` at ``identity_threshold``, default
     :data:`IDENTITY_THRESHOLD` (:func:`rules.identity.equivalences`), are one body, :func:`one_per_identity` — so
-    that spellings of one rule do not crowd the cap; a KG without such relations mines exactly as without it)
-    and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    that spellings of one rule do not crowd the cap; a KG without such relations mines exactly as without it),
+    ``workers`` (default 1: mine the heads in this many worker processes, the same result: every head samples
+    from its own seed) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    opts = dict(options)
+    workers = int(opts.pop("workers", 1))
+    rank_by = opts.get("rank_by", "support")
+    if rank_by not in ("support", "confidence"):
+        raise ValueError(f"method_kwargs.mining.rank_by={rank_by!r}; expected 'support' or 'confidence'")
+    if not 1 <= workers <= 64:
+        raise ValueError(f"method_kwargs.mining.workers must be 1..64, got {workers!r}")
+    R = graph.num_relations
+    eq = None
+    if opts.pop("identity", False):
+        eq = equivalences(np.asarray(train), R, float(opts.pop("identity_threshold", IDENTITY_THRESHOLD)))
+    opts.pop("identity_threshold", None)
+    job = (graph, np.asarray(train), max_len, seed, opts, eq)
+    if workers == 1 or R < 2:
+        return _mine_relations(job, list(range(R)))
+    # the relations dealt out by their facts (the work of mining their two heads), the busiest first
+    counts = np.bincount(np.asarray(train)[:, 1], minlength=R)
+    groups: list[list[int]] = [[] for _ in range(min(workers, R))]
+    for i, r in enumerate(sorted(range(R), key=lambda r: (-int(counts[r]), r))):
+        groups[i % len(groups)].append(r)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(groups), ctx, initializer=_mining_worker_init, initargs=(job,)) as pool:
+        parts = list(pool.map(_mining_worker, groups))
+    return {r: part[r] for r in range(R) for part in parts if r in part}
+
+
+_MINING: dict[str, Any] = {}  # a mining worker's job: graph, train, max_len, seed, options, equivalences
+
+
+def _mining_worker_init(job: tuple[Any, ...]) -> None:
+    torch.set_num_threads(1)
+    _MINING["job"] = job
+
+
+def _mining_worker(relations: list[int]) -> dict[int, dict[tuple[int, ...], int]]:
+    return _mine_relations(_MINING["job"], relations)
+
+
+def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dict[tuple[int, ...], int]]:
+    """:func:`mine_forward_rules` for the forward heads ``relations`` (mining their own and their inverse heads)."""
+    graph, train, max_len, seed, options, eq = job
     opts = dict(options)
     cap = opts.pop("max_rules_per_head", 200)
     min_support = int(opts.pop("min_support", 1))
     rank_by = opts.pop("rank_by", "support")
     pool = int(opts.pop("pool_per_head", 1000))
     confidence_starts = opts.pop("confidence_starts", None)
-    identity = bool(opts.pop("identity", False))
-    identity_threshold = float(opts.pop("identity_threshold", IDENTITY_THRESHOLD))
-    if rank_by not in ("support", "confidence"):
-        raise ValueError(f"method_kwargs.mining.rank_by={rank_by!r}; expected 'support' or 'confidence'")
     R = graph.num_relations
+    heads = sorted({*relations, *(r + R for r in relations)})
     per_head: dict[int, dict[tuple[int, ...], int]] = {}
-    for q, table in mine_chain_rule_support(graph, train, max_len, seed=seed, **opts).items():
+    for q, table in mine_chain_rule_support(graph, train, max_len, seed=seed, heads=heads, **opts).items():
         r = q if q < R else q - R
         slot = per_head.setdefault(r, {})
         for body, n in table.items():
             b = tuple(int(x) for x in body) if q < R else mirror(body, R)
             slot[b] = slot.get(b, 0) + int(n)
-    eq = equivalences(np.asarray(train), R, identity_threshold) if identity else None
     out = {}
     for r, table in sorted(per_head.items()):
         ranked = rank_bodies(

@@ -12,7 +12,7 @@ from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
 
-__all__ = ["KG_GENERATOR_DEFAULTS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
+__all__ = ["KG_GENERATOR_DEFAULTS", "MINING_OPTIONS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
 
 
 #: ``method_kwargs.generator`` defaults of fednsl-kg, sized for CPU: a KG has one rule-head category per relation,
@@ -39,6 +39,21 @@ _CHOICES = {
 }
 
 
+#: the options of ``method_kwargs.mining`` (:func:`fednsl.methods.fednsl_kg.client.mine_forward_rules`)
+MINING_OPTIONS = (
+    "samples_per_relation",
+    "max_neighbors",
+    "max_rules_per_head",
+    "min_support",
+    "rank_by",
+    "pool_per_head",
+    "confidence_starts",
+    "identity",
+    "identity_threshold",
+    "workers",
+)
+
+
 @dataclass
 class FedNSLKGConfig:
     """Method options (``method_kwargs``).
@@ -54,7 +69,7 @@ class FedNSLKGConfig:
     num_samples: int = 100  # N ancestral generator samples per head relation (Eq. 5)
     pool_top: int = 40  # the pool's most probable bodies per head, always proposed
     max_bodies: int = 80  # J: at most this many bodies per head per round
-    mining: dict[str, Any] = field(default_factory=dict)  # extra kwargs of rules.kg_mining.mine_chain_rules
+    mining: dict[str, Any] = field(default_factory=dict)  # MINING_OPTIONS (client.mine_forward_rules)
     support_starts: int = 2000  # at most this many start entities per head when counting mined supports
     aggregator: Literal["sum", "max", "noisy-or"] = "sum"  # RulePredictor aggregation over rules
     predictor: dict[str, Any] = field(default_factory=dict)  # rules.kg_predictor.PredictorConfig fields
@@ -103,6 +118,20 @@ class FedNSLKGConfig:
             raise ValueError(f"method_kwargs (fednsl-kg): pool_ratio must be in [0, 1], got {self.pool_ratio}")
         if self.temperature <= 0 or self.kl_weight < 0:
             raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
+        unknown = sorted(set(self.mining) - set(MINING_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"method_kwargs.mining (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
+                f"expected some of {', '.join(MINING_OPTIONS)}"
+            )
+        if self.mining.get("rank_by", "support") not in ("support", "confidence"):
+            raise ValueError(
+                f"method_kwargs.mining (fednsl-kg): rank_by={self.mining['rank_by']!r}; expected 'support' or "
+                "'confidence'"
+            )
+        workers = self.mining.get("workers", 1)
+        if not isinstance(workers, int) or not 1 <= workers <= 64:
+            raise ValueError(f"method_kwargs.mining (fednsl-kg): workers must be an integer 1..64, got {workers!r}")
         known = {f.name for f in fields(PredictorConfig)}
         unknown = sorted(set(self.predictor) - known)
         if unknown:

@@ -276,6 +276,12 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.no_such=1"]))
     with pytest.raises(ValueError, match="paths='trails'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.paths=trails"]))
+    with pytest.raises(ValueError, match=r"mining.*unknown option\(s\) sample_per_relation"):
+        build_federation(load_config(CONFIG, ["method_kwargs.mining.sample_per_relation=10"]))
+    with pytest.raises(ValueError, match=r"mining.*workers must be an integer 1..64, got 0"):
+        build_federation(load_config(CONFIG, ["method_kwargs.mining.workers=0"]))
+    with pytest.raises(ValueError, match=r"mining.*rank_by='lift'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.mining.rank_by=lift"]))
 
 
 def test_shares_give_unequal_clients() -> None:
@@ -381,6 +387,21 @@ def test_mining_one_body_per_rule_identity() -> None:
     assert len(once[gp]) < len(flat[gp])  # e.g. parent_of, ~child_of and parent_of, parent_of are one rule
     capped = mine_forward_rules(graph, kg.train, 2, 0, {**opts, "identity": True, "max_rules_per_head": 5})
     assert all(list(capped[r]) == list(once[r])[:5] for r in once)
+
+
+@pytest.mark.parametrize("identity", [False, True])
+def test_mining_in_worker_processes_equals_one_process(identity: bool) -> None:
+    """``mining.workers: 2`` deals the relations out to two processes and mines exactly what one process mines
+    (every head samples from its own seed): same bodies, same order, same supports."""
+    kg, _ = planted_kg(seed=1)
+    graph = SparseGraph.from_triples(kg.train, kg.num_entities, kg.num_relations)
+    opts = {"samples_per_relation": 60, "max_rules_per_head": 8, "rank_by": "confidence", "identity": identity}
+    one = mine_forward_rules(graph, kg.train, 3, 5, opts)
+    two = mine_forward_rules(graph, kg.train, 3, 5, {**opts, "workers": 2})
+    assert list(one) == list(two) == sorted(one)
+    for r in one:
+        assert list(one[r].items()) == list(two[r].items())
+    assert sum(len(t) for t in one.values()) > kg.num_relations
 
 
 def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Path) -> None:
