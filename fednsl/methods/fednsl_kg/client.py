@@ -80,13 +80,14 @@ def mine_forward_rules(
     job = (graph, np.asarray(train), max_len, seed, opts, eq)
     if workers == 1 or R < 2:
         return _mine_relations(job, list(range(R)))
-    # the relations dealt out by their facts (the work of mining their two heads), the busiest first
+    # the relations dealt out by their facts (the work of mining their two heads) into 4 groups a worker, the
+    # busiest first, which the workers take as they become free
     counts = np.bincount(np.asarray(train)[:, 1], minlength=R)
-    groups: list[list[int]] = [[] for _ in range(min(workers, R))]
+    groups: list[list[int]] = [[] for _ in range(min(4 * workers, R))]
     for i, r in enumerate(sorted(range(R), key=lambda r: (-int(counts[r]), r))):
         groups[i % len(groups)].append(r)
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(len(groups), ctx, initializer=_mining_worker_init, initargs=(job,)) as pool:
+    with ProcessPoolExecutor(workers, ctx, initializer=_mining_worker_init, initargs=(job,)) as pool:
         parts = list(pool.map(_mining_worker, groups))
     return {r: part[r] for r in range(R) for part in parts if r in part}
 
