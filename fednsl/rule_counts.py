@@ -155,10 +155,11 @@ def _check_relations(part: Any, relations: tuple[str, ...] | list[str], what: st
         )
 
 
-def kg_training(config: Any, store: RuleStore, federation: Any = None) -> Training:
-    """The training triples of all clients of a fednsl-kg run, as a graph: the clients' KG parts of
-    ``federation`` (the run's, in memory) when it holds them, else the parts rebuilt from ``config``
-    (:func:`kg_parts`). ValueError, OSError, KeyError or TypeError when they cannot be had."""
+def kg_training(config: Any, store: RuleStore, federation: Any = None, run_dir: Path | str | None = None) -> Training:
+    """The training triples of all clients of a fednsl-kg run, as a graph counting paths as the run did
+    (:func:`run_paths`, read from ``run_dir``): the clients' KG parts of ``federation`` (the run's, in memory) when
+    it holds them, else the parts rebuilt from ``config`` (:func:`kg_parts`). ValueError, OSError, KeyError or
+    TypeError when they cannot be had."""
     import numpy as np
 
     from rules.reading_order import Training
@@ -170,15 +171,44 @@ def kg_training(config: Any, store: RuleStore, federation: Any = None) -> Traini
     else:
         parts, _ = kg_parts(config, store.relations)
     triples = np.concatenate([np.asarray(p.train, dtype=np.int64).reshape(-1, 3) for p in parts])
-    return Training.of(triples, parts[0].num_entities, len(store.relations), run_paths(config))
+    return Training.of(triples, parts[0].num_entities, len(store.relations), run_paths(config, run_dir))
 
 
-def run_paths(config: RunConfig) -> Paths:
+def run_paths(config: RunConfig, run_dir: Path | str | None = None, client: str | None = None) -> Paths:
     """How a fednsl-kg run counted its rules: walks or simple paths after its ``method_kwargs.predictor.paths``
-    (:func:`rules.kg_predictor.counted_paths`; simple for "auto")."""
+    (:func:`rules.kg_predictor.counted_paths`). Under "auto" each client's fit chose one way on valid and reported
+    it (the ``simple_paths`` metric, RUN_DIR/metrics.jsonl): ``client``'s choice, else the choice of most clients
+    (simple on a tie, as the fit breaks its own ties); simple when the run recorded none."""
     from rules.kg_predictor import PredictorConfig, counted_paths
 
-    return counted_paths((config.method_kwargs.get("predictor") or {}).get("paths", PredictorConfig.paths))
+    paths = (config.method_kwargs.get("predictor") or {}).get("paths", PredictorConfig.paths)
+    chosen = auto_choices(Path(run_dir)) if paths == "auto" and run_dir is not None else {}
+    if client is not None and client in chosen:
+        return "simple" if chosen[client] else "walks"
+    if chosen:
+        return "simple" if 2 * sum(chosen.values()) >= len(chosen) else "walks"
+    return counted_paths(paths)
+
+
+def auto_choices(run_dir: Path) -> dict[str, bool]:
+    """{client id: chose simple paths} from the last ``simple_paths`` each client reported in
+    RUN_DIR/metrics.jsonl ({} when there is none, or the file cannot be read)."""
+    import json
+
+    out: dict[str, bool] = {}
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return out
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        scope = row.get("scope") if isinstance(row, dict) else None
+        if isinstance(scope, str) and scope.startswith("client:") and isinstance(row.get("simple_paths"), (int, float)):
+            out[scope.removeprefix("client:")] = bool(row["simple_paths"])
+    return out
 
 
 def order_rules(
@@ -202,7 +232,7 @@ def order_rules(
         report.source = "recorded"
         return report
     try:
-        data = kg_training(config, store, federation)
+        data = kg_training(config, store, federation, run_dir)
     except (OSError, ValueError, KeyError, TypeError) as err:
         report.note = " ".join(str(err).split()) or type(err).__name__
         log.warning("%s", report.line())

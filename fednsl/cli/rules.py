@@ -292,7 +292,7 @@ def _kg_training(run_dir: Path, store: RuleStore) -> Training | bool | None:
         )
         return False
     try:
-        return kg_training(config, store)
+        return kg_training(config, store, run_dir=run_dir)
     except (OSError, ValueError, KeyError, TypeError) as err:
         click.echo(f"note: relation equivalences and contributions not measured ({one_line(err)})", err=True)
         return False
@@ -593,7 +593,7 @@ def explain(
                 raise BadInput(
                     f"{run_dir / 'config.yaml'} not found: explaining a KG pair rebuilds the run's KG from it"
                 )
-            _explain_kg(store, config, head, pair, client, top, fmt)
+            _explain_kg(store, config, run_dir, head, pair, client, top, fmt)
             return
     if (values_path is None) == (doc_id is None):
         raise click.ClickException("give exactly one of --values FILE.npz or --doc DOC")
@@ -660,7 +660,14 @@ def _kg_entity(kg_entities: tuple[str, ...], index: dict[str, int], text: str) -
 
 
 def _explain_kg(
-    store: RuleStore, config: Any, head: str, pair: tuple[str, str], client: str | None, top: int, fmt: str
+    store: RuleStore,
+    config: Any,
+    run_dir: Path,
+    head: str,
+    pair: tuple[str, str],
+    client: str | None,
+    top: int,
+    fmt: str,
 ) -> None:
     """``rules explain`` on a fednsl-kg run: rebuild the KG parts, ground the head's rules on the pair."""
     from dataclasses import replace
@@ -688,7 +695,9 @@ def _explain_kg(
         raise BadInput(f"--client: unknown client {client!r}; the run's clients: {', '.join(ids)}")
     chosen = [parts[ids.index(client)]] if client is not None else parts
     triples = np.concatenate([p.train for p in chosen]) if chosen else np.zeros((0, 3), np.int64)
-    graph = SparseGraph.from_triples(triples, kg.num_entities, kg.num_relations, paths=run_paths(config))
+    graph = SparseGraph.from_triples(
+        triples, kg.num_entities, kg.num_relations, paths=run_paths(config, run_dir, client)
+    )
     index = {name: i for i, name in enumerate(kg.entities)}
     h, t = (_kg_entity(kg.entities, index, x) for x in pair)
     result = explain_kg(store, graph, head, (h, t), client=client, limit=top)

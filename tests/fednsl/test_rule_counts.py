@@ -79,3 +79,37 @@ def test_training_graph_grounds_as_the_run_did(tmp_path: Path) -> None:
         config = load_config("configs/fednsl_kg_synthetic.yaml", [f"data.source={tmp_path / 'gone'}", *extra])
         assert run_paths(config) == want
         assert kg_training(config, store, _federation()).graph.paths == want
+
+
+def test_auto_runs_read_back_the_way_the_fit_chose(tmp_path: Path) -> None:
+    """Under ``paths: auto`` the order and explanations count as the clients' fits chose (their last reported
+    ``simple_paths``): one client's own choice, else most clients' (simple on a tie); simple with no report."""
+    import json
+
+    run = _run(tmp_path / "run")
+    store = RuleStore.load(run)
+    config = load_config(
+        "configs/fednsl_kg_synthetic.yaml", [f"data.source={tmp_path / 'gone'}", "method_kwargs.predictor.paths=auto"]
+    )
+    rows = [
+        {"round": 1, "scope": "client:c0", "stage": "train", "simple_paths": 1.0},
+        {"round": 1, "scope": "client:c1", "stage": "train", "simple_paths": 1.0},
+        {"round": 1, "scope": "server", "stage": "train", "simple_paths": 1.0},
+        {"round": 2, "scope": "client:c0", "stage": "train", "simple_paths": 0.0},
+        {"round": 2, "scope": "client:c1", "stage": "train", "simple_paths": 0.0},
+        {"round": 2, "scope": "client:c2", "stage": "train", "simple_paths": 1.0},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
+    assert run_paths(config, run) == "walks"  # two of three clients chose walks in the last round
+    assert run_paths(config, run, "c2") == "simple" and run_paths(config, run, "c0") == "walks"
+    assert kg_training(config, store, _federation(), run).graph.paths == "walks"
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[3:5] + rows[:2]))
+    assert run_paths(config, run) == "simple"
+    (run / "metrics.jsonl").write_text(json.dumps(rows[3]) + "\n" + json.dumps(rows[5]) + "\n")
+    assert run_paths(config, run) == "simple"  # a tie
+    walks = load_config(
+        "configs/fednsl_kg_synthetic.yaml", [f"data.source={tmp_path / 'gone'}", "method_kwargs.predictor.paths=walks"]
+    )
+    assert run_paths(walks, run, "c2") == "walks"  # a run configured one way counts that way, whatever is logged
+    (run / "metrics.jsonl").unlink()
+    assert run_paths(config, run) == "simple"
