@@ -424,14 +424,14 @@ class RulePredictor:
             J, F = batch.num_rules, len(self.features)
             cells, inverse = _cells(batch.flat.numpy(), batch.size * self.num_entities)
             phi = self._phi(batch).numpy()
-            # CSR by counting rows: entries in cell order, a cell's entries in their grounding order (rules
-            # ascending), each entry's F features side by side; the canonical matrix np.unique + coo would give
+            # CSR by counting rows: entries in cell order, a cell's entries in their grounding order, each entry's
+            # F features side by side; sorted within rows, it is the canonical matrix np.unique + coo would give
             order = np.argsort(inverse, kind="stable")
             cols = batch.rule.numpy()[order, None] * F + np.arange(F)[None, :]
             indptr = np.zeros(cells.size + 1, dtype=np.int64)
             np.cumsum(np.bincount(inverse, minlength=cells.size) * F, out=indptr[1:])
             mat = sp.csr_matrix((phi[order].ravel(), cols.ravel(), indptr), shape=(cells.size, J * F), dtype=np.float32)
-            mat.sort_indices()  # a check only, unless two constant rules met a cell out of order
+            mat.sort_indices()  # a check only, unless rules met a cell out of their column order
             batch.design = (torch.from_numpy(cells), mat)
         return batch.design
 

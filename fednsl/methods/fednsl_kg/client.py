@@ -22,7 +22,7 @@ from fednsl.common.torch_utils import torch_threads
 from fednsl.federation.records import Message
 from fednsl.federation.roles import Client, handles
 from fednsl.methods.fednsl_kg.bodies import merge_directions, mirror, query_rule_sets
-from fednsl.methods.fednsl_kg.config import FedNSLKGConfig
+from fednsl.methods.fednsl_kg.config import FedNSLKGConfig, check_mining
 from fednsl.methods.fednsl_kg.messages import (
     COUNT_FIELDS,
     EVIDENCE_PARTS,
@@ -65,13 +65,9 @@ def mine_forward_rules(
     that spellings of one rule do not crowd the cap; a KG without such relations mines exactly as without it),
     ``workers`` (default 1: mine the heads in this many worker processes, the same result: every head samples
     from its own seed) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
+    check_mining(options)
     opts = dict(options)
     workers = int(opts.pop("workers", 1))
-    rank_by = opts.get("rank_by", "support")
-    if rank_by not in ("support", "confidence"):
-        raise ValueError(f"method_kwargs.mining.rank_by={rank_by!r}; expected 'support' or 'confidence'")
-    if not 1 <= workers <= 64:
-        raise ValueError(f"method_kwargs.mining.workers must be 1..64, got {workers!r}")
     R = graph.num_relations
     eq = None
     if opts.pop("identity", False):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -12,7 +13,14 @@ from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
 
-__all__ = ["KG_GENERATOR_DEFAULTS", "MINING_OPTIONS", "FedNSLKGConfig", "KGDataConfig", "resolve_source"]
+__all__ = [
+    "KG_GENERATOR_DEFAULTS",
+    "MINING_OPTIONS",
+    "check_mining",
+    "FedNSLKGConfig",
+    "KGDataConfig",
+    "resolve_source",
+]
 
 
 #: ``method_kwargs.generator`` defaults of fednsl-kg, sized for CPU: a KG has one rule-head category per relation,
@@ -52,6 +60,23 @@ MINING_OPTIONS = (
     "identity_threshold",
     "workers",
 )
+
+
+def check_mining(options: Mapping[str, Any]) -> None:
+    """ValueError naming the option when ``method_kwargs.mining`` holds an unknown option, a ``rank_by`` other than
+    support or confidence, or ``workers`` outside 1..64."""
+    unknown = sorted(set(options) - set(MINING_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"method_kwargs.mining (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
+            f"expected some of {', '.join(MINING_OPTIONS)}"
+        )
+    rank_by = options.get("rank_by", "support")
+    if rank_by not in ("support", "confidence"):
+        raise ValueError(f"method_kwargs.mining (fednsl-kg): rank_by={rank_by!r}; expected 'support' or 'confidence'")
+    workers = options.get("workers", 1)
+    if not isinstance(workers, int) or not 1 <= workers <= 64:
+        raise ValueError(f"method_kwargs.mining (fednsl-kg): workers must be an integer 1..64, got {workers!r}")
 
 
 @dataclass
@@ -118,20 +143,7 @@ class FedNSLKGConfig:
             raise ValueError(f"method_kwargs (fednsl-kg): pool_ratio must be in [0, 1], got {self.pool_ratio}")
         if self.temperature <= 0 or self.kl_weight < 0:
             raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
-        unknown = sorted(set(self.mining) - set(MINING_OPTIONS))
-        if unknown:
-            raise ValueError(
-                f"method_kwargs.mining (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
-                f"expected some of {', '.join(MINING_OPTIONS)}"
-            )
-        if self.mining.get("rank_by", "support") not in ("support", "confidence"):
-            raise ValueError(
-                f"method_kwargs.mining (fednsl-kg): rank_by={self.mining['rank_by']!r}; expected 'support' or "
-                "'confidence'"
-            )
-        workers = self.mining.get("workers", 1)
-        if not isinstance(workers, int) or not 1 <= workers <= 64:
-            raise ValueError(f"method_kwargs.mining (fednsl-kg): workers must be an integer 1..64, got {workers!r}")
+        check_mining(self.mining)
         known = {f.name for f in fields(PredictorConfig)}
         unknown = sorted(set(self.predictor) - known)
         if unknown:
