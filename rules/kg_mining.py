@@ -28,6 +28,7 @@ import torch
 from kg.grounding.sparse import SparseGraph
 
 __all__ = [
+    "RANK_BY",
     "RuleStatistics",
     "directed_triples",
     "mine_chain_rule_support",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 Body = tuple[int, ...]
+RANK_BY = ("support", "confidence")  # how mined bodies are ranked (rank_bodies)
 
 
 def directed_triples(triples: np.ndarray | torch.Tensor, num_relations: int) -> np.ndarray:
@@ -245,7 +247,7 @@ def mine_chain_rules(
 
 
 def _check_rank_by(rank_by: str) -> None:
-    if rank_by not in ("support", "confidence"):
+    if rank_by not in RANK_BY:
         raise ValueError(f"rank_by must be 'support' or 'confidence', got {rank_by!r}")
 
 

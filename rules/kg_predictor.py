@@ -30,11 +30,9 @@ MRR (expectation over ties) when ``valid_triples`` is given.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
 
@@ -53,6 +51,7 @@ from rules.kg_nonredundant import (
     smoothed_confidence,
     with_evidence,
 )
+from rules.workers import spawn_map
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
 
@@ -628,9 +627,7 @@ class RulePredictor:
             # heads first, and apply the results in head order, so the fit equals the one-process fit
             cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
             order = sorted(todo, key=lambda q: (-int(cost[q]), q))
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(cfg.workers, ctx, initializer=_worker_init, initargs=(self, job)) as pool:
-                done = dict(zip(order, pool.map(_worker_fit, order)))
+            done = dict(zip(order, spawn_map(_worker_fit, order, cfg.workers, (self, job))))
             for q in todo:
                 log["heads"][q], self.models[q], constants, trials = done[q]
                 if constants is not None:
@@ -1008,21 +1005,13 @@ class RulePredictor:
         return {q: rule_statistics(self._graph_of(q), q, bodies) for q, bodies in self.bodies.items() if bodies}
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(predictor: RulePredictor, job: tuple[Any, ...]) -> None:
-    """A fitting worker process: its copy of the predictor (graph, bodies, starts) and the fit's arguments."""
-    torch.set_num_threads(1)
-    _WORKER["predictor"], _WORKER["job"] = predictor, job
-
-
 def _worker_fit(
-    q: int,
+    shared: tuple[RulePredictor, tuple[Any, ...]], q: int
 ) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None, dict[str, tuple[dict[str, Any], _HeadModel]] | None]:
-    """Fit head q in a worker: its log, its fitted model, its rules with constants and (``paths: auto``) both fits."""
-    predictor: RulePredictor = _WORKER["predictor"]
-    head_log = predictor._fit_head(q, *_WORKER["job"])
+    """Fit head q in a worker (``shared``: its copy of the predictor and the fit's arguments): its log, its fitted
+    model, its rules with constants and (``paths: auto``) both fits."""
+    predictor, job = shared
+    head_log = predictor._fit_head(q, *job)
     model = predictor.models.pop(q)
     return head_log, model, predictor.constants.pop(q, None), predictor._trials.pop(q, None)
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import time
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -39,6 +37,7 @@ from rules.kg_mining import mine_chain_rule_support, rank_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
+from rules.workers import spawn_map
 
 log = logging.getLogger(__name__)
 
@@ -68,36 +67,23 @@ def mine_forward_rules(
     check_mining(options)
     opts = dict(options)
     workers = int(opts.pop("workers", 1))
+    train = np.asarray(train)
     R = graph.num_relations
     eq = None
     if opts.pop("identity", False):
-        eq = equivalences(np.asarray(train), R, float(opts.pop("identity_threshold", IDENTITY_THRESHOLD)))
+        eq = equivalences(train, R, float(opts.pop("identity_threshold", IDENTITY_THRESHOLD)))
     opts.pop("identity_threshold", None)
-    job = (graph, np.asarray(train), max_len, seed, opts, eq)
+    job = (graph, train, max_len, seed, opts, eq)
     if workers == 1 or R < 2:
         return _mine_relations(job, list(range(R)))
     # the relations dealt out by their facts (the work of mining their two heads) into 4 groups a worker, the
     # busiest first, which the workers take as they become free
-    counts = np.bincount(np.asarray(train)[:, 1], minlength=R)
+    counts = np.bincount(train[:, 1], minlength=R)
     groups: list[list[int]] = [[] for _ in range(min(4 * workers, R))]
     for i, r in enumerate(sorted(range(R), key=lambda r: (-int(counts[r]), r))):
         groups[i % len(groups)].append(r)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, ctx, initializer=_mining_worker_init, initargs=(job,)) as pool:
-        parts = list(pool.map(_mining_worker, groups))
+    parts = spawn_map(_mine_relations, groups, workers, job)
     return {r: part[r] for r in range(R) for part in parts if r in part}
-
-
-_MINING: dict[str, Any] = {}  # a mining worker's job: graph, train, max_len, seed, options, equivalences
-
-
-def _mining_worker_init(job: tuple[Any, ...]) -> None:
-    torch.set_num_threads(1)
-    _MINING["job"] = job
-
-
-def _mining_worker(relations: list[int]) -> dict[int, dict[tuple[int, ...], int]]:
-    return _mine_relations(_MINING["job"], relations)
 
 
 def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dict[tuple[int, ...], int]]:

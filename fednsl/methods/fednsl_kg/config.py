@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
+from rules.kg_mining import RANK_BY
 from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
 
 __all__ = [
@@ -72,7 +73,7 @@ def check_mining(options: Mapping[str, Any]) -> None:
             f"expected some of {', '.join(MINING_OPTIONS)}"
         )
     rank_by = options.get("rank_by", "support")
-    if rank_by not in ("support", "confidence"):
+    if rank_by not in RANK_BY:
         raise ValueError(f"method_kwargs.mining (fednsl-kg): rank_by={rank_by!r}; expected 'support' or 'confidence'")
     workers = options.get("workers", 1)
     if not isinstance(workers, int) or not 1 <= workers <= 64:
