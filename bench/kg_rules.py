@@ -89,6 +89,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         max_rules_per_head=args.rules,
         seed=seed,
         pool_per_head=args.pool,
+        pool_by_length=args.pool_by_length,
         samples_per_relation=args.samples,
         max_neighbors=args.neighbors,
         confidence_starts=args.confidence_starts,
@@ -123,6 +124,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "dataset": name,
         "seed": seed,
         "rules_per_head": args.rules,
+        "pool_by_length": args.pool_by_length,
         "rules_total": sum(len(b) for b in bodies.values()),
         "constant_rules_total": log.get("constant_rules", 0),
         "mine_s": t1 - t0,
@@ -166,6 +168,9 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--rules", type=int, default=200)
     ap.add_argument("--pool", type=int, default=1000, help="bodies re-ranked by confidence per head")
+    ap.add_argument(
+        "--pool-by-length", action="store_true", help="re-rank the --pool most supported bodies of each length"
+    )
     ap.add_argument("--samples", type=int, default=500, help="sampled facts per head for mining")
     ap.add_argument("--neighbors", type=int, default=64, help="edges kept per frontier node when mining")
     ap.add_argument("--confidence-starts", type=int, default=None, help="sampled start entities for confidence")

@@ -35,6 +35,7 @@ __all__ = [
     "mine_chain_rules",
     "rank_bodies",
     "rule_statistics",
+    "supported_pool",
 ]
 
 Body = tuple[int, ...]
@@ -211,6 +212,7 @@ def mine_chain_rules(
     heads: Sequence[int] | None = None,
     seed: int = 0,
     confidence_starts: int | None = None,
+    pool_by_length: bool = False,
 ) -> dict[int, list[Body]]:
     """Candidate bodies per head relation 0..2R-1, at most ``max_rules_per_head`` each (support ≥ ``min_support``
     among the sampled triples; see :func:`mine_chain_rule_support`).
@@ -219,6 +221,8 @@ def mine_chain_rules(
     bodies re-ranked by their AMIE standard confidence on ``graph`` (:func:`rule_statistics`) — on Kinship
     (RNNLogic split, 200 rules a head) this raised the predictor's test MRR from .609 to .630. Ties by body tuple.
     ``confidence_starts``: estimate the confidence from at most this many sampled start entities (large graphs).
+    ``pool_by_length``: the ``pool_per_head`` most supported bodies of each length are re-ranked
+    (:func:`supported_pool`).
     """
     _check_rank_by(rank_by)
     support = mine_chain_rule_support(
@@ -241,9 +245,29 @@ def mine_chain_rules(
             max_rules=max_rules_per_head,
             confidence_starts=confidence_starts,
             seed=seed,
+            pool_by_length=pool_by_length,
         )
         for q, table in support.items()
     }
+
+
+def supported_pool(ranked: Sequence[Body], pool_per_head: int, by_length: bool = False) -> list[Body]:
+    """The bodies whose confidence is counted: the first ``pool_per_head`` of ``ranked`` (most supported first),
+    or with ``by_length`` the first ``pool_per_head`` of each body length, in ``ranked``'s order.
+
+    A length-3 body closes around a sampled fact through more paths than a length-2 one, so by support alone the
+    pool fills with length-3 bodies: on pykeen's UMLS split (seed 0), 191 of the 200 bodies kept for ``affects``
+    had length 3 (86 of AnyBURL's 200 most confident), and 66 % of AnyBURL's 200 most confident bodies a head
+    never reached the pool of 1,000."""
+    if not by_length:
+        return list(ranked[:pool_per_head])
+    taken: dict[int, int] = {}
+    pool = []
+    for b in ranked:
+        if taken.get(len(b), 0) < pool_per_head:
+            taken[len(b)] = taken.get(len(b), 0) + 1
+            pool.append(b)
+    return pool
 
 
 def _check_rank_by(rank_by: str) -> None:
@@ -262,14 +286,15 @@ def rank_bodies(
     max_rules: int | None = None,
     confidence_starts: int | None = None,
     seed: int = 0,
+    pool_by_length: bool = False,
 ) -> list[Body]:
     """The bodies of ``head`` with support ≥ ``min_support``, most supported first (ties by body tuple); with
-    ``rank_by="confidence"`` the ``pool_per_head`` most supported re-ranked by AMIE confidence on ``graph``
+    ``rank_by="confidence"`` the pool (:func:`supported_pool`) re-ranked by AMIE confidence on ``graph``
     (:func:`rule_statistics`, from at most ``confidence_starts`` sampled starts); at most ``max_rules``."""
     _check_rank_by(rank_by)
     ranked = sorted((b for b, n in support.items() if n >= min_support), key=lambda b: (-support[b], b))
     if rank_by == "confidence" and ranked:
-        pool = ranked[:pool_per_head]
+        pool = supported_pool(ranked, pool_per_head, pool_by_length)
         conf = rule_statistics(graph, head, pool, max_starts=confidence_starts, seed=seed).confidence
         ranked = [pool[i] for i in np.lexsort((np.arange(len(pool)), -conf))]
     return ranked if max_rules is None else ranked[:max_rules]

@@ -14,7 +14,9 @@ from rules.kg_mining import (
     directed_triples,
     mine_chain_rule_support,
     mine_chain_rules,
+    rank_bodies,
     rule_statistics,
+    supported_pool,
 )
 
 
@@ -128,6 +130,31 @@ def test_rank_by_confidence_orders_by_amie_confidence() -> None:
         if by_conf[q]:
             conf = rule_statistics(g, q, by_conf[q]).confidence
             assert np.all(np.diff(conf) <= 1e-12)
+
+
+def test_supported_pool_takes_the_best_supported_of_each_length() -> None:
+    ranked = [(1, 2, 3), (4, 5, 6), (1,), (2, 2), (0, 0, 0), (3, 3), (2,), (5, 5)]
+    assert supported_pool(ranked, 2) == [(1, 2, 3), (4, 5, 6)]
+    assert supported_pool(ranked, 2, by_length=True) == [(1, 2, 3), (4, 5, 6), (1,), (2, 2), (3, 3), (2,)]
+    assert supported_pool(ranked, 10, by_length=True) == ranked
+
+
+def test_pool_by_length_lets_a_confident_short_body_past_better_supported_long_ones() -> None:
+    """A pool of 2 filled by support holds the two length-2 bodies; by length it also counts the length-1 body,
+    whose confidence (1.0) puts it first, as brute force over the pair sets says."""
+    rng = np.random.default_rng(7)
+    triples = np.unique(np.stack([rng.integers(0, 15, 90), rng.integers(0, 3, 90), rng.integers(0, 15, 90)], 1), axis=0)
+    head = 0
+    facts = triples[triples[:, 1] == head]
+    copy = np.stack([facts[:, 0], np.full(len(facts), 3), facts[:, 2]], 1)  # relation 3 mirrors the head
+    g = SparseGraph.from_triples(np.concatenate([triples, copy]), 15, 4)
+    support = {(1, 2): 50, (2, 5): 40, (3,): 5}
+    by_support = rank_bodies(g, head, support, pool_per_head=2)
+    by_length = rank_bodies(g, head, support, pool_per_head=2, pool_by_length=True)
+    assert sorted(by_support) == [(1, 2), (2, 5)]
+    assert by_length[0] == (3,) and sorted(by_length) == [(1, 2), (2, 5), (3,)]
+    conf = rule_statistics(g, head, by_length).confidence
+    assert conf[0] == 1.0 and np.all(np.diff(conf) <= 1e-12)
 
 
 def test_dense_rule_statistics_equal_sparse() -> None:

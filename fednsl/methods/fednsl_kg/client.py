@@ -57,7 +57,8 @@ def mine_forward_rules(
     and their supports added. ``options``: ``max_rules_per_head`` (default 200, after merging), ``min_support``
     (default 1), ``rank_by`` (``support``, the default, or ``confidence``: the ``pool_per_head`` best supported
     bodies (default 1000) re-ranked by AMIE confidence on the local graph before the cap, counted from at most
-    ``confidence_starts`` sampled start entities — the order of ``rules.kg_mining.mine_chain_rules``),
+    ``confidence_starts`` sampled start entities — the order of ``rules.kg_mining.mine_chain_rules``; with
+    ``pool_by_length`` the pool holds the ``pool_per_head`` best supported bodies of each length),
     ``identity`` (default false: when true, one body per rule identity before the cap — bodies equal up to the
     symmetric and inverse relations measured on ``train`` at ``identity_threshold``, default
     :data:`IDENTITY_THRESHOLD` (:func:`rules.identity.equivalences`), are one body, :func:`one_per_identity` — so
@@ -94,6 +95,7 @@ def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dic
     min_support = int(opts.pop("min_support", 1))
     rank_by = opts.pop("rank_by", "support")
     pool = int(opts.pop("pool_per_head", 1000))
+    by_length = bool(opts.pop("pool_by_length", False))
     confidence_starts = opts.pop("confidence_starts", None)
     R = graph.num_relations
     heads = sorted({*relations, *(r + R for r in relations)})
@@ -116,6 +118,7 @@ def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dic
             max_rules=None if cap is None or eq is not None else int(cap),
             confidence_starts=confidence_starts,
             seed=seed,
+            pool_by_length=by_length,
         )
         if eq is not None:
             ranked = one_per_identity(ranked, eq, R)[: None if cap is None else int(cap)]

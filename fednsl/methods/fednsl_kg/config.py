@@ -56,6 +56,7 @@ MINING_OPTIONS = (
     "min_support",
     "rank_by",
     "pool_per_head",
+    "pool_by_length",
     "confidence_starts",
     "identity",
     "identity_threshold",

@@ -360,6 +360,26 @@ def test_mining_ranked_by_confidence_reorders_by_amie_counts() -> None:
         mine_forward_rules(graph, kg.train, 2, 0, {"rank_by": "lift"})
 
 
+def test_mining_pool_by_length_counts_the_best_supported_of_each_length() -> None:
+    """``mining.pool_by_length``: with a pool of 3 by support, the confidence ranking sees the 3 best supported
+    bodies of each length, in support order, and orders them by confidence."""
+    kg, _ = planted_kg(seed=0, **SYNTH)
+    graph = SparseGraph.from_triples(kg.train, kg.num_entities, kg.num_relations)
+    opts = {"samples_per_relation": 80, "max_rules_per_head": None, "rank_by": "support"}
+    by_support = mine_forward_rules(graph, kg.train, 2, 0, opts)
+    pooled = mine_forward_rules(graph, kg.train, 2, 0, {**opts, "rank_by": "confidence", "pool_per_head": 3})
+    by_length = mine_forward_rules(
+        graph, kg.train, 2, 0, {**opts, "rank_by": "confidence", "pool_per_head": 3, "pool_by_length": True}
+    )
+    for r, table in by_support.items():
+        ranked = list(table)
+        assert sorted(pooled[r]) == sorted(ranked[:3])
+        pool = [b for n in (1, 2) for b in [b for b in ranked if len(b) == n][:3]]
+        assert sorted(by_length[r]) == sorted(pool)
+        c = amie_counts(graph, r, list(by_length[r]))
+        assert np.all(np.diff(c.support / np.maximum(c.body_size, 1)) <= 1e-12)
+
+
 def test_mining_one_body_per_rule_identity() -> None:
     """``mining.identity``: bodies equal up to the measured symmetric / inverse relations are mined once, written
     with the fewest inverse atoms, in the place of the class's best member; the cap counts classes."""
