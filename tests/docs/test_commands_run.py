@@ -71,6 +71,7 @@ SMALL: dict[str, list[str]] = {
     "fednsl_dwie": _FEDNSL_DWIE,
     "fednsl_dwie_shared": _FEDNSL_DWIE,
     "fednsl_kg_synthetic": _KG,
+    "fednsl_kg_own": _KG,
     "fednsl_kg_kinship": _KG,
     "fednsl_kg_umls": _KG,
     "fednsl_kg_wn18rr": _KG,
@@ -93,6 +94,7 @@ SMALL: dict[str, list[str]] = {
 SYNTHETIC: dict[str, tuple[str, str]] = {  # config -> (data key that says "synthetic", override)
     "fednsl_synthetic": ("path", 'data.synthetic={"num_documents": 18, "entities_per_doc": [4, 6]}'),
     "fednsl_kg_synthetic": ("source", 'data.synthetic={"num_families": 4}'),
+    "fednsl_kg_own": ("source", 'data.synthetic={"num_families": 4}'),
 }
 #: KG folders without a size option: the run reads a copy with the first clients and triples (:func:`_small_kg`)
 SMALL_KG: dict[str, str] = {"fednsl_kg_wn18rr": "source", "fednsl_kg_fb15k237_r10": "federated_folder"}
