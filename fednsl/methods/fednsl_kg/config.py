@@ -66,7 +66,8 @@ MINING_OPTIONS = (
 
 def check_mining(options: Mapping[str, Any]) -> None:
     """ValueError naming the option when ``method_kwargs.mining`` holds an unknown option, a ``rank_by`` other than
-    support or confidence, or ``workers`` outside 1..64."""
+    support or confidence, ``workers`` outside 1..64, or a ``pool_by_length`` that is not a boolean or comes without
+    ``rank_by: confidence`` (where it would do nothing)."""
     unknown = sorted(set(options) - set(MINING_OPTIONS))
     if unknown:
         raise ValueError(
@@ -79,6 +80,14 @@ def check_mining(options: Mapping[str, Any]) -> None:
     workers = options.get("workers", 1)
     if not isinstance(workers, int) or not 1 <= workers <= 64:
         raise ValueError(f"method_kwargs.mining (fednsl-kg): workers must be an integer 1..64, got {workers!r}")
+    by_length = options.get("pool_by_length", False)
+    if not isinstance(by_length, bool):
+        raise ValueError(f"method_kwargs.mining (fednsl-kg): pool_by_length must be true or false, got {by_length!r}")
+    if by_length and rank_by != "confidence":
+        raise ValueError(
+            "method_kwargs.mining (fednsl-kg): pool_by_length shapes the pool that rank_by: confidence re-ranks; "
+            f"with rank_by={rank_by!r} it would do nothing"
+        )
 
 
 @dataclass

@@ -282,6 +282,10 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.mining.workers=0"]))
     with pytest.raises(ValueError, match=r"mining.*rank_by='lift'"):
         build_federation(load_config(CONFIG, ["method_kwargs.mining.rank_by=lift"]))
+    with pytest.raises(ValueError, match=r"mining.*pool_by_length must be true or false, got 'yes please'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.mining.pool_by_length=yes please"]))
+    with pytest.raises(ValueError, match=r"mining.*with rank_by='support' it would do nothing"):
+        build_federation(load_config(CONFIG, ["method_kwargs.mining.pool_by_length=true"]))
 
 
 def test_shares_give_unequal_clients() -> None:
