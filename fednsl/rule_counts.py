@@ -17,6 +17,7 @@ federation in memory, else rebuilt from the run's config (:func:`kg_parts`, as `
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -193,8 +194,6 @@ def run_paths(config: RunConfig, run_dir: Path | str | None = None, client: str 
 def auto_choices(run_dir: Path) -> dict[str, bool]:
     """{client id: chose simple paths} from the last ``simple_paths`` each client reported in
     RUN_DIR/metrics.jsonl ({} when there is none, or the file cannot be read)."""
-    import json
-
     out: dict[str, bool] = {}
     try:
         lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
