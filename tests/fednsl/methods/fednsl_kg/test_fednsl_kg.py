@@ -276,6 +276,8 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.no_such=1"]))
     with pytest.raises(ValueError, match="paths='trails'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.paths=trails"]))
+    with pytest.raises(ValueError, match="nr_choice='rule'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.predictor.nr_choice=rule"]))
     with pytest.raises(ValueError, match=r"mining.*unknown option\(s\) sample_per_relation"):
         build_federation(load_config(CONFIG, ["method_kwargs.mining.sample_per_relation=10"]))
     with pytest.raises(ValueError, match=r"mining.*workers must be an integer 1..64, got 0"):
