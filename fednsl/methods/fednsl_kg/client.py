@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -39,7 +40,7 @@ from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
 from rules.workers import spawn_map
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: the share of a relation's training facts whose reverse (or inverse partner's fact) is also a training fact for
 #: mining to treat two tokens as one (``mining.identity``). Lower than :func:`rules.identity.equivalences`'s
@@ -195,7 +196,7 @@ class FedNSLKGClient(Client):
             self._graph = SparseGraph.from_triples(
                 self.part.train, self.E, self.R, paths=counted_paths(self._predictor_config().paths)
             )
-            log.info(
+            logger.info(
                 "%s: sparse graph of %d facts, %.1f MB; grounding needs at most %.0f MB (graph + one batch)",
                 self.cid,
                 len(self.part.train),
@@ -433,6 +434,10 @@ class FedNSLKGClient(Client):
             metrics["heads_nonredundant"] = float(log["nonredundant_heads"])
         if "paths" in log:  # predictor.paths auto: 1 when the valid MRR chose simple paths over walks
             metrics["simple_paths"] = float(log["paths"] == "simple")
+        metrics.update(_nonredundant_metrics(log.get("nonredundant")))
+        chosen = _choices_on_valid(log)
+        if chosen:
+            logger.info("%s: chosen on valid: %s", self.cid, "; ".join(chosen))
         arrays = {"posterior": posterior, "mask": out_mask, "instances": instances, **count_arrays}
         if self.cfg.federated_confidence:
             arrays["evidence"] = self._evidence(p)
@@ -516,3 +521,35 @@ class FedNSLKGClient(Client):
             arrays={"rank_sums": encode_rank_sums(m)},
             metrics={"num_examples": len(self.part.test), "queries": m.count, "time_eval_s": time.perf_counter() - t0},
         )
+
+
+def _nonredundant_metrics(chosen: Mapping[str, Any] | None) -> dict[str, float]:
+    """The pooled non-redundant noisy-OR choice as train metrics: ``nr_threshold`` τ, and ``nr_beta`` β or
+    ``nr_in_place`` 1 for β = ∞ (NR in place of the fitted scores); nothing when no option was chosen."""
+    if not chosen or chosen.get("threshold") is None:
+        return {}
+    beta = float(chosen["beta"])
+    return {
+        "nr_threshold": float(chosen["threshold"]),
+        **({"nr_in_place": 1.0} if math.isinf(beta) else {"nr_beta": beta}),
+    }
+
+
+def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
+    """What the predictor chose on the valid split, one phrase each (paths: auto, the pooled non-redundant option)."""
+    out = []
+    if "paths" in fit_log:
+        both = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get("paths_valid_mrr", {}).items())
+        out.append(f"paths {fit_log['paths']} (valid MRR {both})")
+    nr = fit_log.get("nonredundant")
+    if nr is not None:
+        fitted = f"fitted model alone {nr['fitted_valid_mrr']:.4f}"
+        if nr.get("threshold") is None:
+            out.append(f"no non-redundant noisy-OR ({fitted})")
+        else:
+            how = "in place of the fitted scores" if math.isinf(nr["beta"]) else f"weight {nr['beta']:g}"
+            out.append(
+                f"non-redundant noisy-OR, clusters at Jaccard ≥ {nr['threshold']:g}, {how} "
+                f"(valid MRR {nr['valid_mrr']:.4f}, {fitted})"
+            )
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -440,9 +441,14 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
     assert all(np.isfinite(s[k]) for k in TEST_KEYS) and s["test_mrr"] > 0.2
 
 
-def test_auto_paths_run_through_the_loop_and_report_the_choice(tmp_path: Path) -> None:
-    """predictor.paths auto end to end: the client reports whether its valid MRR chose simple paths."""
-    over = [*FAST, "rounds=1", "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto}"]
+def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
+    """predictor.paths auto and the pooled non-redundant choice end to end: the client reports whether its valid
+    MRR chose simple paths and which NR option (if any) it took, in metrics.jsonl and in the run log."""
+    over = [
+        *FAST,
+        "rounds=1",
+        "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, nonredundant: true}",
+    ]
     out = tmp_path / "auto"
     train(load_config(CONFIG, over), out, progress=False)
     s = json.loads((out / "summary.json").read_text())
@@ -450,6 +456,19 @@ def test_auto_paths_run_through_the_loop_and_report_the_choice(tmp_path: Path) -
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     simple = [v for row in rows for k, v in row.items() if k.endswith("simple_paths")]
     assert simple and set(simple) <= {0.0, 1.0}
+    taus = [v for row in rows for k, v in row.items() if k.endswith("nr_threshold")]
+    assert set(taus) <= {1.01, 0.7, 0.3}
+    line = next(x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x)
+    assert "c0: chosen on valid: paths " in line and "non-redundant noisy-OR" in line
+    assert ("no non-redundant" in line) == (not taus)
+
+
+def test_the_nonredundant_choice_becomes_finite_metrics() -> None:
+    from fednsl.methods.fednsl_kg.client import _nonredundant_metrics
+
+    assert _nonredundant_metrics({"threshold": 0.7, "beta": math.inf}) == {"nr_threshold": 0.7, "nr_in_place": 1.0}
+    assert _nonredundant_metrics({"threshold": 1.01, "beta": 1.0}) == {"nr_threshold": 1.01, "nr_beta": 1.0}
+    assert _nonredundant_metrics({"threshold": None, "beta": None}) == {} == _nonredundant_metrics(None)
 
 
 # ------------------------------------------------------------------------------------------------ entity types
