@@ -78,6 +78,13 @@ class FilterIndex:
         """Number of distinct (entity, relation, answer) facts, inverses counted."""
         return len(self._keys)
 
+    def triples(self) -> np.ndarray:
+        """(n, 3) the known facts over relations ``0..R-1`` (each fact once; the inverses are implied)."""
+        R2 = 2 * self.num_relations
+        entity, relation = self._keys // R2, self._keys % R2
+        forward = relation < self.num_relations
+        return np.stack([entity[forward], relation[forward], self._answers[forward]], axis=1)
+
     def _ranges(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keys = queries[:, 0] * (2 * self.num_relations) + queries[:, 1]
         return np.searchsorted(self._keys, keys, "left"), np.searchsorted(self._keys, keys, "right")

@@ -236,6 +236,10 @@ def test_known_answers_include_inverses_and_parts() -> None:
     assert mask.shape == (1, kg.num_entities) and bool(mask[0, t])
     halves = [kg.replace(test=kg.test[:3]), kg.replace(test=kg.test[3:])]
     assert len(known_answers(halves)) == len(index)
+    # the facts back as forward triples: every split's distinct facts, each once
+    want = {tuple(x) for x in np.concatenate([kg.train, kg.valid, kg.test]).tolist()}
+    got = index.triples()
+    assert got.shape == (len(want), 3) and {tuple(x) for x in got.tolist()} == want
 
 
 def test_oracle_scores_reach_mrr_one_on_kinship(shared_data: Path) -> None:

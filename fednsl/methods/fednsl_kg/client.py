@@ -186,6 +186,7 @@ class FedNSLKGClient(Client):
         self._graph: SparseGraph | None = None
         self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
         self._local_log: dict[str, Any] | None = None
+        self._filter_triples: np.ndarray | None = None  # the evaluation filter's facts (valid_filter: eval)
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -239,6 +240,15 @@ class FedNSLKGClient(Client):
             },
         )
 
+    def _valid_filter(self) -> np.ndarray | None:
+        """The known facts that early stopping filters valid answers with: the evaluation's filter
+        (``valid_filter: eval``, the filtered setting) or None for the predictor's train ∪ valid."""
+        if self.cfg.valid_filter != "eval":
+            return None
+        if self._filter_triples is None:
+            self._filter_triples = self.filter_index.triples()
+        return self._filter_triples
+
     # -- E-step ----------------------------------------------------------------------------------------------
     def _valid_mrr(self, predictor: RulePredictor) -> float:
         m = evaluate_link_prediction(
@@ -291,7 +301,13 @@ class FedNSLKGClient(Client):
         with torch_threads(self.cfg.num_threads):
             fit_log = dict(
                 self.predictor.fit(
-                    self.part.train, self.part.train, report, seed=seed, valid_triples=valid, num_relations=self.R
+                    self.part.train,
+                    self.part.train,
+                    report,
+                    seed=seed,
+                    valid_triples=valid,
+                    filter_triples=self._valid_filter(),
+                    num_relations=self.R,
                 )
                 or {}
             )
@@ -327,6 +343,7 @@ class FedNSLKGClient(Client):
                 self.part.train,
                 seed=self.local_seed,
                 valid_triples=self.part.valid,
+                filter_triples=self._valid_filter(),
                 num_relations=self.R,
             )
             or {}

@@ -59,9 +59,11 @@ def score_rules(
     cfg = PredictorConfig(**{**(predictor or {}), "aggregator": aggregator})
     model = RulePredictor(rule_sets, kg.num_entities, aggregator, num_relations=R, config=cfg)  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    fit = model.fit(kg.train, kg.train, seed=seed, valid_triples=kg.valid if len(kg.valid) else None, num_relations=R)
+    known = known_answers(kg)  # early stopping filters valid as the evaluation filters the split
+    valid = kg.valid if len(kg.valid) else None
+    fit = model.fit(kg.train, kg.train, seed=seed, valid_triples=valid, filter_triples=known.triples(), num_relations=R)
     t1 = time.perf_counter()
-    metrics = evaluate_link_prediction(model.score, kg, split, batch_size, known_answers(kg))
+    metrics = evaluate_link_prediction(model.score, kg, split, batch_size, known)
     return metrics, {
         "rules": sum(len(b) for h, b in rule_sets.items() if h < R),
         "heads": sum(h < R for h in rule_sets),
