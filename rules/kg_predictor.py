@@ -58,8 +58,6 @@ __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciproca
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
 PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
-NrChoice = Literal["pooled", "head"]
-NR_CHOICES: tuple[str, ...] = get_args(NrChoice)
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -122,15 +120,10 @@ class PredictorConfig:
     # SAFRAN's non-redundant noisy-OR beside the fitted model (rules.kg_nonredundant): after a head is fitted, its
     # rules' confidences hits / (reached + nr_smoothing) on the training queries (own fact removed) and their
     # clusters by prediction overlap (Jaccard ≥ τ) give NR(e); the score becomes s(e) + β · −log(1 − NR(e)), or
-    # for β = inf NR(e) itself with s breaking its ties. (τ, β) is chosen on valid from nr_thresholds × nr_betas,
-    # and the fitted model is kept alone unless NR raises the valid MRR. Needs valid_triples; changes test-time
-    # scores only (training, the E-step's rule scores and the weights are the fitted model's)
+    # for β = inf NR(e) itself with s breaking its ties. (τ, β) is chosen per head on valid from nr_thresholds ×
+    # nr_betas, and a head keeps the fitted model alone unless NR raises its valid MRR. Needs valid_triples; changes
+    # test-time scores only (training, the E-step's rule scores and the weights are the fitted model's)
     nonredundant: bool = False
-    # "pooled": one (τ, β) for every head, by the valid MRR over all heads' valid queries (or none for all);
-    # "head": each head its own. A head's valid facts are few on small KGs, and choosing among the grid's 7
-    # options per head overfits them: mined rules, seed 0, test MRR pooled / per head / fitted alone: UMLS
-    # (RNNLogic's split) .847 / .824 / .829, pykeen's UMLS .931 / .924 / .929
-    nr_choice: NrChoice = "pooled"
     nr_thresholds: tuple[float, ...] = (1.01, 0.7, 0.3)  # τ > 1: no clustering (noisy-OR over rules)
     nr_betas: tuple[float, ...] = (1.0, math.inf)  # FB15k-237, 24 heads: only in place of s (inf) did NR gain
     nr_smoothing: float = 5.0  # AnyBURL's pessimistic correction of a rule's confidence
@@ -230,7 +223,6 @@ class _HeadModel:
     evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
     paths: Paths = "walks"  # how the head's bodies are grounded (PredictorConfig.paths, or the choice of "auto")
     nonredundant: NonRedundant | None = None  # the non-redundant noisy-OR term chosen on valid (config.nonredundant)
-    nr_trials: _NrTrials | None = None  # every NR option's valid score, until fit() chooses one for all heads
 
     def parameters(self) -> list[torch.Tensor]:
         return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
@@ -647,12 +639,10 @@ class RulePredictor:
                 log["heads"][q] = self._fit_head(q, *job)
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
-        if cfg.paths == "auto":
-            log["paths"], log["paths_valid_mrr"] = self._choose_paths(todo, log["heads"])
-        if cfg.nonredundant and cfg.nr_choice == "pooled":
-            log["nonredundant"] = self._choose_nonredundant_pooled(todo, log["heads"])
         if cfg.nonredundant:
             log["nonredundant_heads"] = sum(1 for q in todo if self.models[q].nonredundant is not None)
+        if cfg.paths == "auto":
+            log["paths"], log["paths_valid_mrr"] = self._choose_paths(todo, log["heads"])
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
@@ -793,10 +783,13 @@ class RulePredictor:
         model.h_score = h_score[: len(self.bodies.get(q, []))]  # the E-step scores path bodies only
         if cfg.nonredundant and valid_batches and self._num_rules(q):
             again = train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
-            model.nr_trials = self._nonredundant_trials(q, model, again, valid_batches, best[0])
-            if cfg.nr_choice == "head":
-                model.nonredundant = model.nr_trials.pick(model.nr_trials.best())
-                model.nr_trials = None
+            model.nonredundant = self._choose_nonredundant(q, model, again, valid_batches, best[0])
+        chosen = model.nonredundant
+        nr = (
+            None
+            if chosen is None
+            else {"threshold": chosen.threshold, "beta": chosen.beta, "valid_mrr": chosen.valid_mrr}
+        )
         return {
             "train_queries": int(rows.shape[0]),
             "valid_queries": 0 if vrows is None else int(vrows.shape[0]),
@@ -804,21 +797,21 @@ class RulePredictor:
             "best_epoch": best[1],
             "history": history,
             "cached": cached,
-            **({"nonredundant": _nr_log(model.nonredundant)} if cfg.nonredundant else {}),
+            **({"nonredundant": nr} if cfg.nonredundant else {}),
         }
 
     @torch.no_grad()
-    def _nonredundant_trials(
+    def _choose_nonredundant(
         self,
         q: int,
         model: _HeadModel,
         train_batches: Sequence[_Batch] | Iterator[_Batch],
         valid_batches: Sequence[_Batch],
         fitted_mrr: float,
-    ) -> _NrTrials:
-        """Head q's summed valid reciprocal rank under each (τ, β) of ``nr_thresholds`` × ``nr_betas`` with the NR
-        term (:func:`rules.kg_nonredundant.with_evidence`), beside the fitted model's. Confidences and overlaps
-        are counted on the training queries with their own facts removed."""
+    ) -> NonRedundant | None:
+        """The (τ, β) of ``nr_thresholds`` × ``nr_betas`` whose NR term (:func:`rules.kg_nonredundant.with_evidence`)
+        gives head q the best valid MRR, or None when none beats the fitted model's ``fitted_mrr``. Confidences
+        and overlaps are counted on the training queries with their own facts removed."""
         cfg = self.config
         J, E = self._num_rules(q), self.num_entities
         overlap = Overlap(J)
@@ -845,32 +838,13 @@ class RulePredictor:
                     scores = with_evidence(logits, ev, float(beta)).float()  # as scored at test time
                     total[(t, float(beta))] += float(expected_reciprocal_rank(scores, batch.answers, mask).sum())
             n += batch.size
-        return _NrTrials(conf, labels, total, n, fitted_mrr * n)
-
-    def _choose_nonredundant_pooled(self, heads: Sequence[int], logs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-        """For ``nr_choice: pooled``: the (τ, β) with the best valid MRR over all heads' valid queries, given to
-        every head with trials, or none when no option beats the fitted models (the first best in grid order)."""
-        trials = {q: t for q in heads if (t := self.models[q].nr_trials) is not None}
-        for q in heads:
-            self.models[q].nr_trials = None
-        n = sum(t.queries for t in trials.values())
-        fitted = sum(t.fitted for t in trials.values()) / max(n, 1)
-        pooled: dict[tuple[float, float], float] = defaultdict(float)
-        for t in trials.values():
-            for option, v in t.total.items():
-                pooled[option] += v / max(n, 1)
-        choice = max(pooled, key=lambda o: pooled[o]) if pooled else None
-        if choice is not None and pooled[choice] <= fitted:
-            choice = None
-        for q, t in trials.items():
-            self.models[q].nonredundant = t.pick(choice)
-            logs[q]["nonredundant"] = _nr_log(self.models[q].nonredundant)
-        return {
-            "threshold": None if choice is None else choice[0],
-            "beta": None if choice is None else choice[1],
-            "valid_mrr": fitted if choice is None else pooled[choice],
-            "fitted_valid_mrr": fitted,
-        }
+        if not total or n == 0:
+            return None
+        t, beta = max(total, key=lambda k: total[k])  # the first best in grid order
+        mrr = total[(t, beta)] / n
+        if mrr <= fitted_mrr:
+            return None
+        return NonRedundant(conf, labels[t], t, beta, mrr)
 
     def _start_from_given(self, q: int, model: _HeadModel) -> None:
         """Overwrite the start with the given weights (``init_weights``, ``init_type_weights``) where known."""
@@ -1029,37 +1003,6 @@ class RulePredictor:
         if self.graph is None:
             raise RuntimeError("rule_counts needs a graph: call fit()/set_graph() or pass graph_triples")
         return {q: rule_statistics(self._graph_of(q), q, bodies) for q, bodies in self.bodies.items() if bodies}
-
-
-@dataclass
-class _NrTrials:
-    """One head's non-redundant noisy-OR options scored on its valid queries (PredictorConfig.nonredundant)."""
-
-    confidence: torch.Tensor  # (J,) smoothed confidences of the head's rules
-    labels: dict[float, torch.Tensor]  # τ -> (J,) cluster of each rule
-    total: dict[tuple[float, float], float]  # (τ, β) -> summed valid reciprocal rank with the term
-    queries: int  # the head's valid queries
-    fitted: float  # summed valid reciprocal rank of the fitted model alone
-
-    def best(self) -> tuple[float, float] | None:
-        """The head's own best option (the first best in grid order), None unless it beats the fitted model."""
-        if not self.total or self.queries == 0:
-            return None
-        option = max(self.total, key=lambda o: self.total[o])
-        return option if self.total[option] > self.fitted else None
-
-    def pick(self, option: tuple[float, float] | None) -> NonRedundant | None:
-        """The head's NR term for ``option`` (None: the fitted model alone)."""
-        if option is None or self.queries == 0:
-            return None
-        t, beta = option
-        return NonRedundant(self.confidence, self.labels[t], t, beta, self.total[option] / self.queries)
-
-
-def _nr_log(chosen: NonRedundant | None) -> dict[str, float] | None:
-    return (
-        None if chosen is None else {"threshold": chosen.threshold, "beta": chosen.beta, "valid_mrr": chosen.valid_mrr}
-    )
 
 
 def _worker_fit(

@@ -589,3 +589,26 @@ def test_auto_paths_keep_the_way_with_the_better_pooled_valid_mrr() -> None:
                 {w: fits[w][1]["heads"][q]["best_valid_mrr"] for w in ("simple", "walks")}
             )
     torch.testing.assert_close(auto.score(queries), fits[want][0].score(queries))
+
+
+@pytest.mark.parametrize("splits", [("train", "valid"), ("train", "valid", "test")])
+def test_early_stopping_ranks_valid_with_the_given_filter(splits: tuple[str, ...]) -> None:
+    """Each head's best valid MRR, pooled over the heads' valid queries, is the filtered valid MRR of the kept
+    weights as kg.linkpred ranks it with the same filter (train ∪ valid by default, every split when
+    ``filter_triples`` holds them all)."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from kg.linkpred import evaluate_link_prediction, known_answers
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=12, seed=0)
+    assert set(bodies) == set(range(2 * R))  # every head is fitted and logged
+    known = known_answers(kg, splits)
+    p = RulePredictor(bodies, E, num_relations=R, config=PredictorConfig(epochs=10, eval_every=5))
+    given = known.triples() if "test" in splits else None
+    log = p.fit(kg.train, kg.train, valid_triples=kg.valid, filter_triples=given)
+    heads = [h for h in log["heads"].values() if h.get("valid_queries")]
+    pooled = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(h["valid_queries"] for h in heads)
+    assert pooled == pytest.approx(evaluate_link_prediction(p.score, kg, "valid", filter_with=known).compute()["mrr"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -451,7 +450,6 @@ class FedNSLKGClient(Client):
             metrics["heads_nonredundant"] = float(log["nonredundant_heads"])
         if "paths" in log:  # predictor.paths auto: 1 when the valid MRR chose simple paths over walks
             metrics["simple_paths"] = float(log["paths"] == "simple")
-        metrics.update(_nonredundant_metrics(log.get("nonredundant")))
         chosen = _choices_on_valid(log)
         if chosen:
             logger.info("%s: chosen on valid: %s", self.cid, "; ".join(chosen))
@@ -540,33 +538,15 @@ class FedNSLKGClient(Client):
         )
 
 
-def _nonredundant_metrics(chosen: Mapping[str, Any] | None) -> dict[str, float]:
-    """The pooled non-redundant noisy-OR choice as train metrics: ``nr_threshold`` τ, and ``nr_beta`` β or
-    ``nr_in_place`` 1 for β = ∞ (NR in place of the fitted scores); nothing when no option was chosen."""
-    if not chosen or chosen.get("threshold") is None:
-        return {}
-    beta = float(chosen["beta"])
-    return {
-        "nr_threshold": float(chosen["threshold"]),
-        **({"nr_in_place": 1.0} if math.isinf(beta) else {"nr_beta": beta}),
-    }
-
-
 def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
-    """What the predictor chose on the valid split, one phrase each (paths: auto, the pooled non-redundant option)."""
+    """What the predictor chose on the valid split, one phrase each (paths: auto; the heads that took the
+    non-redundant noisy-OR)."""
     out = []
     if "paths" in fit_log:
         both = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get("paths_valid_mrr", {}).items())
         out.append(f"paths {fit_log['paths']} (valid MRR {both})")
-    nr = fit_log.get("nonredundant")
-    if nr is not None:
-        fitted = f"fitted model alone {nr['fitted_valid_mrr']:.4f}"
-        if nr.get("threshold") is None:
-            out.append(f"no non-redundant noisy-OR ({fitted})")
-        else:
-            how = "in place of the fitted scores" if math.isinf(nr["beta"]) else f"weight {nr['beta']:g}"
-            out.append(
-                f"non-redundant noisy-OR, clusters at Jaccard ≥ {nr['threshold']:g}, {how} "
-                f"(valid MRR {nr['valid_mrr']:.4f}, {fitted})"
-            )
+    if "nonredundant_heads" in fit_log:
+        heads = fit_log.get("heads", {})
+        fitted = sum(1 for h in heads.values() if h.get("valid_queries"))
+        out.append(f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {fitted} heads with valid queries")
     return out

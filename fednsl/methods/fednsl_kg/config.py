@@ -12,7 +12,7 @@ from typing import Any, Literal
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_mining import RANK_BY
-from rules.kg_predictor import NR_CHOICES, PATHS_CHOICES, PredictorConfig
+from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
 
 __all__ = [
     "KG_GENERATOR_DEFAULTS",
@@ -171,11 +171,6 @@ class FedNSLKGConfig:
         paths = self.predictor.get("paths", PredictorConfig.paths)
         if paths not in PATHS_CHOICES:
             raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {PATHS_CHOICES}")
-        nr_choice = self.predictor.get("nr_choice", PredictorConfig.nr_choice)
-        if nr_choice not in NR_CHOICES:
-            raise ValueError(
-                f"method_kwargs.predictor (fednsl-kg): nr_choice={nr_choice!r}; expected one of {NR_CHOICES}"
-            )
 
     @property
     def gen(self) -> GeneratorOptions:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections import Counter
 from pathlib import Path
 
@@ -277,8 +276,8 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.no_such=1"]))
     with pytest.raises(ValueError, match="paths='trails'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.paths=trails"]))
-    with pytest.raises(ValueError, match="nr_choice='rule'"):
-        build_federation(load_config(CONFIG, ["method_kwargs.predictor.nr_choice=rule"]))
+    with pytest.raises(ValueError, match="valid_filter='test'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.valid_filter=test"]))
     with pytest.raises(ValueError, match=r"mining.*unknown option\(s\) sample_per_relation"):
         build_federation(load_config(CONFIG, ["method_kwargs.mining.sample_per_relation=10"]))
     with pytest.raises(ValueError, match=r"mining.*workers must be an integer 1..64, got 0"):
@@ -442,8 +441,8 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
 
 
 def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
-    """predictor.paths auto and the pooled non-redundant choice end to end: the client reports whether its valid
-    MRR chose simple paths and which NR option (if any) it took, in metrics.jsonl and in the run log."""
+    """predictor.paths auto and the non-redundant noisy-OR end to end: the client reports whether its valid MRR
+    chose simple paths and how many heads took NR, in metrics.jsonl and in the run log."""
     over = [
         *FAST,
         "rounds=1",
@@ -456,19 +455,10 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     simple = [v for row in rows for k, v in row.items() if k.endswith("simple_paths")]
     assert simple and set(simple) <= {0.0, 1.0}
-    taus = [v for row in rows for k, v in row.items() if k.endswith("nr_threshold")]
-    assert set(taus) <= {1.01, 0.7, 0.3}
+    took = [v for row in rows for k, v in row.items() if k.endswith("heads_nonredundant")]
+    assert took
     line = next(x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x)
-    assert "c0: chosen on valid: paths " in line and "non-redundant noisy-OR" in line
-    assert ("no non-redundant" in line) == (not taus)
-
-
-def test_the_nonredundant_choice_becomes_finite_metrics() -> None:
-    from fednsl.methods.fednsl_kg.client import _nonredundant_metrics
-
-    assert _nonredundant_metrics({"threshold": 0.7, "beta": math.inf}) == {"nr_threshold": 0.7, "nr_in_place": 1.0}
-    assert _nonredundant_metrics({"threshold": 1.01, "beta": 1.0}) == {"nr_threshold": 1.01, "nr_beta": 1.0}
-    assert _nonredundant_metrics({"threshold": None, "beta": None}) == {} == _nonredundant_metrics(None)
+    assert "c0: chosen on valid: paths " in line and f"non-redundant noisy-OR on {int(took[-1])} of " in line
 
 
 # ------------------------------------------------------------------------------------------------ entity types
