@@ -83,10 +83,13 @@ def test_smoothed_confidence_is_pessimistic() -> None:
     )
 
 
-def _kg() -> tuple[np.ndarray, np.ndarray, int]:
+def _kg(
+    seed: int = 0, valid_every: int = 4, noise: int = 40, noisy_parent: bool = False
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Families a -parent-> b -parent-> c with grandparent(a, c) (relation 1), a noisy copy of parent (relation 2)
-    and noise; valid holds some grandparent facts."""
-    rng = np.random.default_rng(0)
+    and ``noise`` random facts of relation 2 (and of parent too with ``noisy_parent``); valid holds the grandparent
+    facts of every ``valid_every``-th family."""
+    rng = np.random.default_rng(seed)
     train: list[tuple[int, int, int]] = []
     valid: list[tuple[int, int, int]] = []
     n = 30
@@ -95,9 +98,11 @@ def _kg() -> tuple[np.ndarray, np.ndarray, int]:
         train += [(a, 0, b), (b, 0, c)]
         if rng.random() < 0.7:
             train += [(a, 2, b)]
-        (valid if k % 4 == 0 else train).append((a, 1, c))
-    for _ in range(40):
+        (valid if k % valid_every == 0 else train).append((a, 1, c))
+    for _ in range(noise):
         train.append((int(rng.integers(3 * n)), 2, int(rng.integers(3 * n))))
+        if noisy_parent:
+            train.append((int(rng.integers(3 * n)), 0, int(rng.integers(3 * n))))
     return np.array(train, dtype=np.int64), np.array(valid, dtype=np.int64), 3 * n
 
 
@@ -178,22 +183,9 @@ def _directed_valid_mrr(p: RulePredictor, train: np.ndarray, valid: np.ndarray, 
 
 
 def _noisy_kg() -> tuple[np.ndarray, np.ndarray, int]:
-    """The families of :func:`_kg` with noise on parent too, a third of the grandparent facts in valid: the
-    clustering threshold changes the valid MRR."""
-    rng = np.random.default_rng(2)
-    train: list[tuple[int, int, int]] = []
-    valid: list[tuple[int, int, int]] = []
-    n = 30
-    for k in range(n):
-        a, b, c = 3 * k, 3 * k + 1, 3 * k + 2
-        train += [(a, 0, b), (b, 0, c)]
-        if rng.random() < 0.7:
-            train += [(a, 2, b)]
-        (valid if k % 3 == 0 else train).append((a, 1, c))
-    for _ in range(80):
-        train.append((int(rng.integers(3 * n)), 2, int(rng.integers(3 * n))))
-        train.append((int(rng.integers(3 * n)), 0, int(rng.integers(3 * n))))
-    return np.array(train, dtype=np.int64), np.array(valid, dtype=np.int64), 3 * n
+    """Noise on parent too, a third of the grandparent facts in valid: the clustering threshold changes the valid
+    MRR."""
+    return _kg(seed=2, valid_every=3, noise=80, noisy_parent=True)
 
 
 def test_each_head_takes_the_option_best_on_its_own_valid_queries() -> None:
