@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from kg.grounding.dense_batch import dense_body_statistics
 from kg.grounding.sparse import SparseGraph
 
 __all__ = [
@@ -33,7 +34,9 @@ __all__ = [
     "directed_triples",
     "mine_chain_rule_support",
     "mine_chain_rules",
+    "head_statistics",
     "rank_bodies",
+    "rank_heads_bodies",
     "rule_statistics",
     "supported_pool",
 ]
@@ -234,21 +237,17 @@ def mine_chain_rules(
         heads=heads,
         seed=seed,
     )
-    return {
-        q: rank_bodies(
-            graph,
-            q,
-            table,
-            rank_by=rank_by,
-            pool_per_head=pool_per_head,
-            min_support=min_support,
-            max_rules=max_rules_per_head,
-            confidence_starts=confidence_starts,
-            seed=seed,
-            pool_by_length=pool_by_length,
-        )
-        for q, table in support.items()
-    }
+    return rank_heads_bodies(
+        graph,
+        support,
+        rank_by=rank_by,
+        pool_per_head=pool_per_head,
+        min_support=min_support,
+        max_rules=max_rules_per_head,
+        confidence_starts=confidence_starts,
+        seed=seed,
+        pool_by_length=pool_by_length,
+    )
 
 
 def supported_pool(ranked: Sequence[Body], pool_per_head: int, by_length: bool = False) -> list[Body]:
@@ -291,13 +290,45 @@ def rank_bodies(
     """The bodies of ``head`` with support ≥ ``min_support``, most supported first (ties by body tuple); with
     ``rank_by="confidence"`` the pool (:func:`supported_pool`) re-ranked by AMIE confidence on ``graph``
     (:func:`rule_statistics`, from at most ``confidence_starts`` sampled starts); at most ``max_rules``."""
+    return rank_heads_bodies(
+        graph,
+        {head: support},
+        rank_by=rank_by,
+        pool_per_head=pool_per_head,
+        min_support=min_support,
+        max_rules=max_rules,
+        confidence_starts=confidence_starts,
+        seed=seed,
+        pool_by_length=pool_by_length,
+    )[head]
+
+
+def rank_heads_bodies(
+    graph: SparseGraph,
+    supports: Mapping[int, Mapping[Body, int]],
+    *,
+    rank_by: str = "confidence",
+    pool_per_head: int = 1000,
+    min_support: int = 2,
+    max_rules: int | None = None,
+    confidence_starts: int | None = None,
+    seed: int = 0,
+    pool_by_length: bool = False,
+) -> dict[int, list[Body]]:
+    """:func:`rank_bodies` of every head of ``supports`` (head -> body supports), the confidences of all the
+    heads' pools counted together (:func:`head_statistics`: a body shared by several pools is grounded once)."""
     _check_rank_by(rank_by)
-    ranked = sorted((b for b, n in support.items() if n >= min_support), key=lambda b: (-support[b], b))
-    if rank_by == "confidence" and ranked:
-        pool = supported_pool(ranked, pool_per_head, pool_by_length)
-        conf = rule_statistics(graph, head, pool, max_starts=confidence_starts, seed=seed).confidence
-        ranked = [pool[i] for i in np.lexsort((np.arange(len(pool)), -conf))]
-    return ranked if max_rules is None else ranked[:max_rules]
+    ranked = {
+        q: sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))
+        for q, table in supports.items()
+    }
+    if rank_by == "confidence":
+        pools = {q: supported_pool(r, pool_per_head, pool_by_length) for q, r in ranked.items() if r}
+        stats = head_statistics(graph, pools, max_starts=confidence_starts, seed=seed)
+        for q, pool in pools.items():
+            conf = stats[q].confidence
+            ranked[q] = [pool[i] for i in np.lexsort((np.arange(len(pool)), -conf))]
+    return {q: r if max_rules is None else r[:max_rules] for q, r in ranked.items()}
 
 
 @dataclass(frozen=True)
@@ -321,54 +352,40 @@ class RuleStatistics:
         return self.support / self.head_size if self.head_size else np.zeros(len(self.bodies))
 
 
-def _dense_rule_statistics(
-    graph: SparseGraph, head: int, bodies: Sequence[Sequence[int]], max_bytes: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(support, body_size) of every body at once on a small graph: the bodies' E × E path matrices are batched
-    products ``A[b1] @ A[b2] @ A[b3]`` (``torch.bmm``, chunks of at most ``max_bytes``), so the per-body overhead of
-    sparse products (which made mining take minutes on Nations' 14 entities) is gone. Counts only matter by
-    whether they are > 0 (no edge is removed, nothing cancels), so float32 is exact for them. On a graph with
-    ``paths="simple"`` the products count simple paths, by the same corrections as ``SparseGraph._simple_step``."""
+def head_statistics(
+    graph: SparseGraph,
+    pools: Mapping[int, Sequence[Sequence[int]]],
+    *,
+    dense: bool | None = None,
+    max_starts: int | None = None,
+    seed: int = 0,
+) -> dict[int, RuleStatistics]:
+    """:func:`rule_statistics` of each head's bodies (``pools``: head 0..2R-1 -> bodies). With dense products
+    (by default when three E × E float32 matrices fit in ``graph.max_batch_bytes``: Nations, Kinship, UMLS) every
+    distinct body's E × E path matrix is computed once for all the heads whose pools hold it, one batched product
+    per level of the bodies' prefix trie (:func:`kg.grounding.dense_batch.dense_body_statistics`); on pykeen's
+    UMLS split the heads' pools hold 58k bodies of which 22k are distinct. ``max_starts``: sparse path only."""
     E = graph.num_entities
-    adj = torch.from_numpy(np.stack([graph.adjacency[q].toarray() for q in range(2 * graph.num_relations)]))
-    simple = graph.paths == "simple"
-    head_mask = adj[head] > 0
-    support = np.zeros(len(bodies), dtype=np.int64)
-    body_size = np.zeros(len(bodies), dtype=np.int64)
-    chunk = max(1, max_bytes // ((7 if simple else 3) * E * E * 4))
-    by_len: dict[int, list[int]] = {}
-    for j, b in enumerate(bodies):
-        by_len.setdefault(len(b), []).append(j)
-    for length, idx in by_len.items():
-        tokens = torch.tensor([list(bodies[j]) for j in idx], dtype=torch.long).view(len(idx), length)
-        for lo in range(0, len(idx), chunk):
-            tok = tokens[lo : lo + chunk]
-            paths = adj[tok[:, 0]]
-            first = paths = paths * (1.0 - torch.eye(E)) if simple else paths
-            for k in range(1, length):
-                step = adj[tok[:, k]]
-                walks = torch.bmm(paths, step)
-                paths = _simple_dense(walks, paths, first, step, adj[tok[:, 1]], k) if simple else walks
-            fires = paths > 0
-            rows = np.asarray(idx[lo : lo + chunk])
-            body_size[rows] = fires.sum((1, 2)).numpy()
-            support[rows] = (fires & head_mask).sum((1, 2)).numpy()
-    return support, body_size
-
-
-def _simple_dense(
-    walks: torch.Tensor, prev: torch.Tensor, first: torch.Tensor, step: torch.Tensor, second: torch.Tensor, k: int
-) -> torch.Tensor:
-    """(n, E, E) simple-path counts after step k (k ≥ 1) of n bodies' dense products: ``walks`` = prev @ step,
-    ``prev`` the simple paths before the step, ``first`` those of the first relation, ``second`` the adjacency of
-    the second one. Removes the walks whose new entity repeats the last one (a self-loop of the step), at k = 2
-    the first hop's (the 2-cycles y -b2-> z -b3-> y, z ≠ y, less those through the start), and the start."""
-    loops = torch.diagonal(step, dim1=1, dim2=2)  # (n, E)
-    walks = walks - prev * loops[:, None, :]
-    if k == 2:
-        cyc = (second * step.transpose(1, 2)).sum(2) - torch.diagonal(second, dim1=1, dim2=2) * loops
-        walks = walks - first * (cyc[:, None, :] - second.transpose(1, 2) * step)
-    return walks * (1.0 - torch.eye(walks.shape[-1]))
+    if dense is None:
+        dense = 3 * E * E * 4 <= graph.max_batch_bytes
+    if not dense:
+        return {
+            q: rule_statistics(graph, q, pool, dense=False, max_starts=max_starts, seed=seed)
+            for q, pool in pools.items()
+        }
+    clean = {int(q): [tuple(int(x) for x in b) for b in pool] for q, pool in pools.items()}
+    union = sorted({b for pool in clean.values() for b in pool})
+    heads = list(clean)
+    stack = graph.dense_adjacency()
+    size, support = dense_body_statistics(
+        stack, graph.inverse_ids(), union, stack[heads], graph.paths == "simple", graph.max_batch_bytes
+    )
+    pos = {b: i for i, b in enumerate(union)}
+    out = {}
+    for h, q in enumerate(heads):
+        idx = np.asarray([pos[b] for b in clean[q]], dtype=np.int64)
+        out[q] = RuleStatistics(q, tuple(clean[q]), support[idx, h], size[idx], int(graph.adjacency[q].nnz))
+    return out
 
 
 def rule_statistics(
@@ -384,7 +401,7 @@ def rule_statistics(
     """Support / body size / head size of each body for ``head`` (0..2R-1) on ``graph`` (no edge removed, the
     AMIE definition), computed over all start entities in batches of ``batch_size`` (bounded memory).
 
-    ``dense``: batched dense path products (:func:`_dense_rule_statistics`) instead of sparse ones; by default
+    ``dense``: batched dense path products (:func:`head_statistics`) instead of sparse ones; by default
     when three E × E float32 matrices fit in ``graph.max_batch_bytes`` (Nations, Kinship, UMLS; not FB15k-237
     or WN18RR). Both give the same counts.
 
@@ -397,8 +414,7 @@ def rule_statistics(
     if dense is None:
         dense = 3 * E * E * 4 <= graph.max_batch_bytes
     if dense and bodies:
-        sup, size = _dense_rule_statistics(graph, head, bodies, graph.max_batch_bytes)
-        return RuleStatistics(head, tuple(tuple(int(x) for x in b) for b in bodies), sup, size, int(head_adj.nnz))
+        return head_statistics(graph, {head: bodies}, dense=True)[head]
     starts_all = graph.sources([b[0] for b in bodies])
     if max_starts is not None and starts_all.size > max_starts:
         rng = np.random.default_rng([seed, head])

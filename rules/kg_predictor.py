@@ -361,13 +361,11 @@ class RulePredictor:
         excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1) if exclude_own else None
         flats, rules, counts, totals = [], [], [], []
         if bodies:
-            for j, mat in self._graph_of(q).iter_path_counts(bodies, heads, exclude=excl):
-                mat = self._cap_fanout(mat)
-                coo = mat.tocoo()
-                flats.append(coo.row.astype(np.int64) * E + coo.col)
-                rules.append(np.full(coo.nnz, j, dtype=np.int64))
-                counts.append(coo.data.astype(np.float32))
-                totals.append(np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()[coo.row])
+            paths = self._graph_of(q).path_entries(bodies, heads, excl, self.config.max_fanout)
+            flats.append(paths.row * E + paths.col)
+            rules.append(paths.body)
+            counts.append(paths.count)
+            totals.append(paths.total)
         constants = self.constants.get(q)
         if constants is not None and len(constants):
             coo = constants.fires(self.graph, heads, chunk[:, 1] if exclude_own else None).tocoo()
@@ -404,17 +402,6 @@ class RulePredictor:
             torch.tensor(filt, dtype=torch.int64),
             self._num_rules(q),
         )
-
-    def _cap_fanout(self, mat: sp.csr_matrix) -> sp.csr_matrix:
-        """Zero the rows of a (B, E) path-count matrix that reach more than ``max_fanout`` candidates."""
-        cap = self.config.max_fanout
-        if cap is None:
-            return mat
-        mat = sp.csr_matrix(mat)
-        wide = np.diff(mat.indptr) > cap
-        if not wide.any():
-            return mat
-        return sp.csr_matrix(sp.diags((~wide).astype(mat.dtype)) @ mat)
 
     def _design(self, batch: _Batch) -> tuple[torch.Tensor, sp.csr_matrix]:
         """(cells (U,), Φ (U, J·F)) of a batch for the sum aggregator: the U distinct (query, candidate) cells

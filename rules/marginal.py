@@ -67,15 +67,19 @@ def rule_hits(
         exclude = np.stack([facts[:, 0], np.full(n, head), facts[:, 1]], axis=1)
     else:
         exclude = np.stack([facts[:, 1], np.full(n, head - R), facts[:, 0]], axis=1)
-    # known[i, x]: x answers the query (facts[i, 0], head)
+    # known[i, x]: x answers the query (facts[i, 0], head), as sorted keys i·E + x
     starts, row_of = np.unique(facts[:, 0], return_inverse=True)
     answers = sp.csr_matrix((np.ones(n), (row_of, facts[:, 1])), shape=(starts.size, E))
-    known = (answers[row_of] > 0).astype(np.float32)
-    for j, counts in graph.iter_path_counts(bodies, facts[:, 0], exclude):
-        counts = counts.tocsr()
-        hit[j] = np.asarray(counts[np.arange(n), facts[:, 1]]).ravel() > 0
-        reached[j] = counts.count_nonzero()
-        correct[j] = (counts > 0).multiply(known).count_nonzero()
+    known = answers[row_of].tocoo()
+    known_keys = np.unique(known.row.astype(np.int64) * E + known.col)
+    paths = graph.path_entries(bodies, facts[:, 0], exclude)
+    at_answer = paths.col == facts[paths.row, 1]
+    hit[paths.body[at_answer], paths.row[at_answer]] = True
+    reached[:] = np.bincount(paths.body, minlength=J)
+    keys = paths.row * E + paths.col
+    pos = np.searchsorted(known_keys, keys).clip(max=max(known_keys.size - 1, 0))
+    is_known = (known_keys[pos] == keys) if known_keys.size else np.zeros(keys.size, dtype=bool)
+    correct[:] = np.bincount(paths.body[is_known], minlength=J)
     return hit, correct, reached
 
 

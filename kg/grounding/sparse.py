@@ -41,7 +41,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["Backend", "Paths", "SparseGraph", "SparseGraphError"]
+from kg.grounding.dense_batch import Excluded, PathEntries, dense_path_entries
+
+__all__ = ["Backend", "PathEntries", "Paths", "SparseGraph", "SparseGraphError"]
 
 Backend = Literal["scipy", "torch"]
 _BACKENDS = ("scipy", "torch")
@@ -128,6 +130,7 @@ class SparseGraph:
         self._cycles: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # 2-cycles per relation pair
         self._torch_t: list[torch.Tensor] | None = None
         self._dense: list[np.ndarray | None] = [None] * len(adjacency)
+        self._stack: torch.Tensor | None = None  # (2R, E, E) float32 for path_entries on small graphs
         self._neighbourhood: sp.csr_matrix | None = None
         self._relation_types: sp.csr_matrix | None = None
 
@@ -242,6 +245,11 @@ class SparseGraph:
                 (np.ones(rows.size, dtype=np.float32), (rows, cols)), shape=(self.num_entities, len(ents))
             )
         return self._relation_types
+
+    def inverse_ids(self) -> torch.Tensor:
+        """(2R,) int64: the inverse of each relation id."""
+        R = self.num_relations
+        return torch.cat([torch.arange(R, 2 * R), torch.arange(R)])
 
     def inverse(self, q: int) -> int:
         """Id of the inverse of relation ``q`` (0..2R-1)."""
@@ -487,6 +495,69 @@ class SparseGraph:
                 stack.append((prefix, x))
             out = stack[-1][1]
             yield j, sp.csr_matrix(out) if dense else out
+
+    @property
+    def stacks_bodies(self) -> bool:
+        """Whether :meth:`path_entries` advances many bodies at once through dense products
+        (:mod:`kg.grounding.dense_batch`): when all 2R dense E × E float32 adjacencies take at most a quarter of
+        ``max_batch_bytes`` (Nations, Kinship, UMLS; not WN18RR or FB15k-237)."""
+        return 2 * self.num_relations * self.num_entities**2 * 4 <= self.max_batch_bytes // 4
+
+    def dense_adjacency(self) -> torch.Tensor:
+        """(2R, E, E) float32 dense A_q, cached (small graphs only: 2R · E² · 4 bytes)."""
+        if self._stack is None:
+            self._stack = torch.from_numpy(np.stack([a.toarray() for a in self.adjacency]).astype(np.float32))
+        return self._stack
+
+    def path_entries(
+        self,
+        bodies: Sequence[Sequence[int]],
+        starts: torch.Tensor | np.ndarray | Sequence[int],
+        exclude: np.ndarray | torch.Tensor | None = None,
+        max_fanout: int | None = None,
+    ) -> PathEntries:
+        """The non-zero counts of :meth:`iter_path_counts` (same bodies, starts, exclusion, paths) as entries in
+        the same order, bodies in trie order; ``max_fanout``: a body's row reaching more than this many entities
+        is left out. Small graphs (:attr:`stacks_bodies`) count all the bodies of a trie level in one batched dense
+        product; others go body by body through :meth:`iter_path_counts`."""
+        checked = [self._check_body(b) for b in bodies]
+        s = self._check_starts(starts)
+        if self.paths == "simple" and any(len(b) > 3 for b in checked):
+            raise SparseGraphError("simple-path counts (paths='simple') take bodies of length ≤ 3")
+        if self.stacks_bodies:
+            excl = self._exclusion(exclude, s.size)
+            ex = None
+            if excl is not None and excl.row.size:
+                ex = Excluded(*(torch.from_numpy(a) for a in (excl.row, excl.src, excl.rel, excl.dst)))
+            return dense_path_entries(
+                self.dense_adjacency(),
+                self.inverse_ids(),
+                checked,
+                s,
+                ex,
+                self.paths == "simple",
+                self.max_batch_bytes,
+                max_fanout,
+            )
+        parts = []
+        for j, mat in self.iter_path_counts(checked, s, exclude):
+            mat = sp.csr_matrix(mat)
+            if max_fanout is not None:
+                wide = np.diff(mat.indptr) > max_fanout
+                if wide.any():
+                    mat = sp.csr_matrix(sp.diags((~wide).astype(mat.dtype)) @ mat)
+            coo = mat.tocoo()
+            total = np.asarray(mat.sum(axis=1), dtype=np.float32).ravel()
+            parts.append(
+                PathEntries(
+                    np.full(coo.nnz, j, dtype=np.int64),
+                    coo.row.astype(np.int64),
+                    coo.col.astype(np.int64),
+                    coo.data.astype(np.float32),
+                    total[coo.row],
+                )
+            )
+        return PathEntries.concat(parts)
 
     def path_counts(
         self,

@@ -6,6 +6,7 @@ import itertools
 from collections import Counter, defaultdict
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -193,6 +194,33 @@ def test_dense_rule_statistics_equal_sparse_on_simple_paths() -> None:
             if all((nodes[k], b, nodes[k + 1]) in edges for k, b in enumerate(body))
         }
         assert dense.body_size[j] == len(pairs), body
+
+
+@pytest.mark.parametrize("paths", ["walks", "simple"])
+def test_head_statistics_ground_each_body_once_for_all_heads(paths, monkeypatch) -> None:
+    """head_statistics over several heads' pools (overlapping) equals each head's sparse rule_statistics, and
+    on the dense path each distinct body is counted once, whatever the number of pools holding it."""
+    from rules import kg_mining
+
+    rng = np.random.default_rng(13)
+    triples = np.unique(np.stack([rng.integers(0, 12, 90), rng.integers(0, 3, 90), rng.integers(0, 12, 90)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, 12, 3, paths=paths)
+    pools = {0: [(1,), (2, 4), (0, 3, 1)], 2: [(2, 4), (5, 5, 5), (1,)], 4: [(0, 3, 1), (3,)], 5: []}
+    seen: list[int] = []
+    counted = kg_mining.dense_body_statistics
+
+    def spy(adjacency, inverse, bodies, heads, simple, max_bytes):
+        seen.append(len(bodies))
+        return counted(adjacency, inverse, bodies, heads, simple, max_bytes)
+
+    monkeypatch.setattr(kg_mining, "dense_body_statistics", spy)
+    shared = kg_mining.head_statistics(g, pools, dense=True)
+    assert seen == [5]  # 8 (head, body) pairs, 5 distinct bodies, one call
+    for q, pool in pools.items():
+        want = rule_statistics(g, q, pool, dense=False)
+        np.testing.assert_array_equal(shared[q].support, want.support)
+        np.testing.assert_array_equal(shared[q].body_size, want.body_size)
+        assert shared[q].bodies == want.bodies and shared[q].head_size == want.head_size
 
 
 def test_sampled_starts_count_only_the_sampled_subjects() -> None:

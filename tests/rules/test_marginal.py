@@ -26,11 +26,13 @@ def _walks(triples: set[tuple[int, int, int]], R: int, body: tuple[int, ...], h:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_hits_and_confidence_match_path_enumeration(seed: int) -> None:
+@pytest.mark.parametrize("max_batch_bytes", [256 << 20, 1 << 12])  # bodies batched densely, then one by one
+def test_hits_and_confidence_match_path_enumeration(seed: int, max_batch_bytes: int) -> None:
     rng = np.random.default_rng(seed)
     E, R = 9, 3
     triples = np.unique(np.stack([rng.integers(0, E, 40), rng.integers(0, R, 40), rng.integers(0, E, 40)], 1), axis=0)
-    graph = SparseGraph.from_triples(triples, E, R)
+    graph = SparseGraph.from_triples(triples, E, R, max_batch_bytes=max_batch_bytes)
+    assert graph.stacks_bodies == (max_batch_bytes > 1 << 12)
     bodies = [b for L in (1, 2) for b in itertools.product(range(2 * R), repeat=L)][:30]
     head = 1
     facts = triples[triples[:, 1] == head][:, [0, 2]]

@@ -33,7 +33,7 @@ from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
 from rules.identity import canonical_body, equivalences
-from rules.kg_mining import mine_chain_rule_support, rank_bodies
+from rules.kg_mining import mine_chain_rule_support, rank_heads_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
@@ -107,19 +107,19 @@ def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dic
             b = tuple(int(x) for x in body) if q < R else mirror(body, R)
             slot[b] = slot.get(b, 0) + int(n)
     out = {}
+    ranked_by_head = rank_heads_bodies(
+        graph,
+        dict(sorted(per_head.items())),
+        rank_by=rank_by,
+        pool_per_head=pool,
+        min_support=min_support,
+        max_rules=None if cap is None or eq is not None else int(cap),
+        confidence_starts=confidence_starts,
+        seed=seed,
+        pool_by_length=by_length,
+    )
     for r, table in sorted(per_head.items()):
-        ranked = rank_bodies(
-            graph,
-            r,
-            table,
-            rank_by=rank_by,
-            pool_per_head=pool,
-            min_support=min_support,
-            max_rules=None if cap is None or eq is not None else int(cap),
-            confidence_starts=confidence_starts,
-            seed=seed,
-            pool_by_length=by_length,
-        )
+        ranked = ranked_by_head[r]
         if eq is not None:
             ranked = one_per_identity(ranked, eq, R)[: None if cap is None else int(cap)]
         out[r] = {b: table[b] for b in ranked}
@@ -185,7 +185,6 @@ class FedNSLKGClient(Client):
         self._graph: SparseGraph | None = None
         self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
         self._local_log: dict[str, Any] | None = None
-        self._filter_triples: np.ndarray | None = None  # the evaluation filter's facts (valid_filter: eval)
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -242,11 +241,7 @@ class FedNSLKGClient(Client):
     def _valid_filter(self) -> np.ndarray | None:
         """The known facts that early stopping filters valid answers with: the evaluation's filter
         (``valid_filter: eval``, the filtered setting) or None for the predictor's train ∪ valid."""
-        if self.cfg.valid_filter != "eval":
-            return None
-        if self._filter_triples is None:
-            self._filter_triples = self.filter_index.triples()
-        return self._filter_triples
+        return self.filter_index.triples() if self.cfg.valid_filter == "eval" else None
 
     # -- E-step ----------------------------------------------------------------------------------------------
     def _valid_mrr(self, predictor: RulePredictor) -> float:
