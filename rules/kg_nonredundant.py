@@ -38,6 +38,8 @@ __all__ = [
 #: with β = ∞ the fitted logits, scaled per query to [0, 1], enter times this: they order candidates of (almost)
 #: equal evidence only
 TIE_BREAK = 1e-4
+#: Overlap.update multiplies a batch's (rules × cells) incidence densely up to this many entries (64 MiB)
+_DENSE_CELLS = 1 << 24
 
 
 class Overlap:
@@ -55,8 +57,13 @@ class Overlap:
         if cell.size == 0 or J == 0:
             return
         cells, col = np.unique(cell, return_inverse=True)
+        if J * cells.size <= _DENSE_CELLS:  # one dense product (exact: counts < 2²⁴) beats a sparse one
+            fired = torch.zeros(J, cells.size)
+            fired[torch.from_numpy(rule), torch.from_numpy(col)] = 1.0  # a (cell, rule) pair counts once
+            self.inter += (fired @ fired.T).double().numpy()
+            return
         m = sp.csr_matrix((np.ones(cell.size, dtype=np.float64), (rule, col)), shape=(J, cells.size))
-        m.data[:] = 1.0  # a (cell, rule) pair counts once
+        m.data[:] = 1.0
         self.inter += (m @ m.T).toarray()
 
     def jaccard(self) -> np.ndarray:

@@ -105,6 +105,14 @@ def dense_path_entries(
     return PathEntries.concat(parts)
 
 
+def _two_cycles(adj: torch.Tensor, b: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """(N, E) cyc[n, y] = #z ≠ y with y -b[n]-> z -q[n]-> y, computed once per distinct (b, q) pair."""
+    pairs, where = torch.unique(torch.stack([b, q], 1), dim=0, return_inverse=True)
+    ab, aq = adj[pairs[:, 0]], adj[pairs[:, 1]]
+    cyc = (ab * aq.transpose(1, 2)).sum(2) - torch.diagonal(ab, dim1=1, dim2=2) * torch.diagonal(aq, dim1=1, dim2=2)
+    return cyc[where]
+
+
 def _level_frontiers(
     adj: torch.Tensor,
     inverse: torch.Tensor,
@@ -134,18 +142,16 @@ def _level_frontiers(
         if ex is not None:
             _exclude(y, x, last, s, ex)
         if simple:
-            if x is not None:
-                y -= x * torch.diagonal(a, dim1=1, dim2=2)[:, None, :]
+            loops = torch.diagonal(a, dim1=1, dim2=2)  # (N, E) self-loops of each last relation (rare)
+            looped = torch.nonzero(loops.any(1)).ravel()
+            if x is not None and looped.numel():
+                y[looped] -= x[looped] * loops[looped, None, :]
             if k == 2:
                 roots = {p: i for i, p in enumerate(levels[0])}
                 first = frontiers[0][torch.tensor([roots[p[:1]] for p in prefixes], dtype=torch.long)]
                 b2 = torch.tensor([p[1] for p in prefixes], dtype=torch.long)
-                a2 = adj[b2]
-                cyc = (a2 * a.transpose(1, 2)).sum(2) - torch.diagonal(a2, dim1=1, dim2=2) * torch.diagonal(
-                    a, dim1=1, dim2=2
-                )
-                via_start = adj[inverse[b2]][:, s, :] * a[:, s, :]
-                y -= first * (cyc[:, None, :] - via_start)
+                via_start = adj[inverse[b2][:, None], s[None, :]] * adj[last[:, None], s[None, :]]  # (N, B, E)
+                y -= first * (_two_cycles(adj, b2, last)[:, None, :] - via_start)
             y[:, rows, s] = 0.0
         frontiers.append(y)
     return levels, frontiers

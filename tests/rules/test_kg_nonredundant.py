@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rules import kg_nonredundant
 from rules.kg_nonredundant import (
     TIE_BREAK,
     Overlap,
@@ -27,7 +28,9 @@ def _entries(rng: np.random.Generator, J: int, cells: int, nnz: int) -> tuple[np
     return pairs // J, pairs % J
 
 
-def test_jaccard_equals_set_overlaps_summed_over_batches() -> None:
+@pytest.mark.parametrize("dense_cells", [1 << 24, 0])  # the dense product, then the sparse one
+def test_jaccard_equals_set_overlaps_summed_over_batches(dense_cells: int, monkeypatch) -> None:
+    monkeypatch.setattr(kg_nonredundant, "_DENSE_CELLS", dense_cells)
     rng = np.random.default_rng(0)
     J = 5
     sets: list[set[tuple[int, int]]] = [set() for _ in range(J)]
