@@ -152,8 +152,8 @@ def test_simple_paths_match_brute_force(case, data) -> None:
 @given(graphs(), st.sampled_from(["walks", "simple"]), st.sampled_from([None, 1, 3]), st.data())
 def test_path_entries_match_brute_force(case, paths, max_fanout, data) -> None:
     """path_entries gives every body's non-zero counts, each row's own fact excluded, a row reaching more than
-    ``max_fanout`` entities left out, row totals beside them: batched over the trie's levels on a small graph and
-    body by body otherwise, in the same order (bodies in trie order, then row, then entity)."""
+    ``max_fanout`` entities left out, row totals beside them: batched over the trie's levels and body by body
+    alike, batched in the documented order (bodies in trie order, then row, then entity)."""
     triples, n_ent, n_rel, bodies, starts = case
     picks = data.draw(st.lists(st.integers(0, len(triples) - 1), min_size=starts.size, max_size=starts.size))
     excl = [(int(s), int(triples[p][1]), int(triples[p][2])) for s, p in zip(starts, picks)]
@@ -165,14 +165,21 @@ def test_path_entries_match_brute_force(case, paths, max_fanout, data) -> None:
             counts[(counts != 0).sum(1) > max_fanout] = 0
         for i, e in zip(*np.nonzero(counts)):
             want.append((j, i, e, counts[i, e], counts[i].sum()))
-    for max_batch_bytes in (256 << 20, 0):  # batched dense, then body by body
-        g = SparseGraph.from_triples(triples, n_ent, n_rel, paths=paths, max_batch_bytes=max_batch_bytes)
-        assert g.stacks_bodies == (max_batch_bytes > 0)
-        got = g.path_entries(bodies, starts, np.array(excl, dtype=np.int64), max_fanout)
+    g = SparseGraph.from_triples(triples, n_ent, n_rel, paths=paths)
+    for batched in (True, False):  # batched dense products, then body by body
+        got = g.path_entries(bodies, starts, np.array(excl, dtype=np.int64), max_fanout, batched=batched)
         rows = sorted(zip(got.body, got.row, got.col, got.count, got.total), key=lambda x: (bodies[x[0]], x[0], x[1], x[2]))
         assert [tuple(float(v) for v in r) for r in rows] == [tuple(float(v) for v in r) for r in want]
-        if g.stacks_bodies:
+        if batched:
             assert [tuple(r) for r in zip(got.body, got.row, got.col)] == [tuple(r[:3]) for r in rows]
+
+
+def test_only_small_dense_graphs_stack_bodies() -> None:
+    """Batched dense products where frontiers fill (≥ E²/4 directed edges) and the dense adjacencies are small."""
+    full = np.array([(h, 0, t) for h in range(8) for t in range(8) if h != t])
+    assert SparseGraph.from_triples(full, 8, 1).stacks_bodies
+    assert not SparseGraph.from_triples(full[:7], 8, 1).stacks_bodies  # 14 directed edges < 64 / 4
+    assert not SparseGraph.from_triples(full, 8, 1, max_batch_bytes=1024).stacks_bodies  # 2·64·4 > 1024 / 4
 
 
 def test_simple_paths_never_return_through_a_detour() -> None:
