@@ -34,6 +34,7 @@ __all__ = [
     "directed_triples",
     "mine_chain_rule_support",
     "mine_chain_rules",
+    "dense_statistics",
     "head_statistics",
     "rank_bodies",
     "rank_heads_bodies",
@@ -352,6 +353,12 @@ class RuleStatistics:
         return self.support / self.head_size if self.head_size else np.zeros(len(self.bodies))
 
 
+def dense_statistics(graph: SparseGraph) -> bool:
+    """Whether rule statistics use dense products by default: when the 2R dense E × E float32 adjacencies, and
+    three such matrices, fit in ``graph.max_batch_bytes`` (Nations, Kinship, UMLS, the planted KG)."""
+    return max(3, 2 * graph.num_relations) * graph.num_entities**2 * 4 <= graph.max_batch_bytes
+
+
 def head_statistics(
     graph: SparseGraph,
     pools: Mapping[int, Sequence[Sequence[int]]],
@@ -361,14 +368,11 @@ def head_statistics(
     seed: int = 0,
 ) -> dict[int, RuleStatistics]:
     """:func:`rule_statistics` of each head's bodies (``pools``: head 0..2R-1 -> bodies). With dense products
-    (by default when three E × E float32 matrices fit in ``graph.max_batch_bytes``: Nations, Kinship, UMLS) every
+    (by default on a small graph, :func:`dense_statistics`) every
     distinct body's E × E path matrix is computed once for all the heads whose pools hold it, one batched product
     per level of the bodies' prefix trie (:func:`kg.grounding.dense_batch.dense_body_statistics`); on pykeen's
     UMLS split the heads' pools hold 58k bodies of which 22k are distinct. ``max_starts``: sparse path only."""
-    E = graph.num_entities
-    if dense is None:
-        dense = 3 * E * E * 4 <= graph.max_batch_bytes
-    if not dense:
+    if not (dense_statistics(graph) if dense is None else dense):
         return {
             q: rule_statistics(graph, q, pool, dense=False, max_starts=max_starts, seed=seed)
             for q, pool in pools.items()
@@ -401,19 +405,16 @@ def rule_statistics(
     """Support / body size / head size of each body for ``head`` (0..2R-1) on ``graph`` (no edge removed, the
     AMIE definition), computed over all start entities in batches of ``batch_size`` (bounded memory).
 
-    ``dense``: batched dense path products (:func:`head_statistics`) instead of sparse ones; by default
-    when three E × E float32 matrices fit in ``graph.max_batch_bytes`` (Nations, Kinship, UMLS; not FB15k-237
-    or WN18RR). Both give the same counts.
+    ``dense``: batched dense path products (:func:`head_statistics`) instead of sparse ones; by default on a
+    small graph (:func:`dense_statistics`: Nations, Kinship, UMLS; not FB15k-237 or WN18RR). Both give the same
+    counts.
 
     ``max_starts``: count over a uniform sample of at most this many start entities x (seeded by ``(seed, head)``)
     instead of all of them — support and body size are then the sample's counts, and their ratio estimates the
     confidence (on FB15k-237 the exact counts of a hub body touch tens of millions of pairs). Sparse path only.
     """
-    E = graph.num_entities
     head_adj = graph.adjacency[head]
-    if dense is None:
-        dense = 3 * E * E * 4 <= graph.max_batch_bytes
-    if dense and bodies:
+    if (dense_statistics(graph) if dense is None else dense) and bodies:
         return head_statistics(graph, {head: bodies}, dense=True)[head]
     starts_all = graph.sources([b[0] for b in bodies])
     if max_starts is not None and starts_all.size > max_starts:

@@ -500,12 +500,12 @@ class SparseGraph:
     def stacks_bodies(self) -> bool:
         """Whether :meth:`path_entries` advances many bodies at once through dense products
         (:mod:`kg.grounding.dense_batch`): on a small dense graph, where all 2R dense E × E float32 adjacencies
-        take at most a quarter of ``max_batch_bytes`` and there are at least E²/4 directed edges, so frontiers
-        fill within a hop or two. Nations, Kinship (1.6 E² edges) and UMLS (0.57 E²) qualify, and there the
-        batched products ground mined bodies 1.4–2.5× faster (``bench/kg_dense_batch.py``); on the sparse planted
-        KG (0.05 E²) they were 1.3–2.9× slower than sparse products; WN18RR and FB15k-237 are too large."""
+        take at most a quarter of ``max_batch_bytes`` and there are at least E²/10 directed edges, so frontiers
+        fill within a hop or two. Kinship (0.59 E² edges) and UMLS (RNNLogic's split 0.21 E², pykeen's 0.57 E²)
+        qualify, and there the batched products ground mined bodies 1.4–2.3× faster (``bench/kg_dense_batch.py``);
+        on the sparse planted KG (0.05 E²) they were no faster (0.9×); WN18RR and FB15k-237 are too large."""
         E = self.num_entities
-        return 2 * self.num_relations * E * E * 4 <= self.max_batch_bytes // 4 and 4 * self.num_edges >= E * E
+        return 2 * self.num_relations * E * E * 4 <= self.max_batch_bytes // 4 and 10 * self.num_edges >= E * E
 
     def dense_adjacency(self) -> torch.Tensor:
         """(2R, E, E) float32 dense A_q, cached (small graphs only: 2R · E² · 4 bytes)."""

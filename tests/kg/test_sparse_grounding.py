@@ -175,10 +175,11 @@ def test_path_entries_match_brute_force(case, paths, max_fanout, data) -> None:
 
 
 def test_only_small_dense_graphs_stack_bodies() -> None:
-    """Batched dense products where frontiers fill (≥ E²/4 directed edges) and the dense adjacencies are small."""
+    """Batched dense products where frontiers fill (≥ E²/10 directed edges) and the dense adjacencies are small."""
     full = np.array([(h, 0, t) for h in range(8) for t in range(8) if h != t])
     assert SparseGraph.from_triples(full, 8, 1).stacks_bodies
-    assert not SparseGraph.from_triples(full[:7], 8, 1).stacks_bodies  # 14 directed edges < 64 / 4
+    assert SparseGraph.from_triples(full[:4], 8, 1).stacks_bodies  # 8 directed edges ≥ 64 / 10
+    assert not SparseGraph.from_triples(full[:3], 8, 1).stacks_bodies  # 6 < 64 / 10
     assert not SparseGraph.from_triples(full, 8, 1, max_batch_bytes=1024).stacks_bodies  # 2·64·4 > 1024 / 4
 
 
