@@ -72,14 +72,18 @@ def rule_hits(
     answers = sp.csr_matrix((np.ones(n), (row_of, facts[:, 1])), shape=(starts.size, E))
     known = answers[row_of].tocoo()
     known_keys = np.unique(known.row.astype(np.int64) * E + known.col)
-    paths = graph.path_entries(bodies, facts[:, 0], exclude)
-    at_answer = paths.col == facts[paths.row, 1]
-    hit[paths.body[at_answer], paths.row[at_answer]] = True
-    reached[:] = np.bincount(paths.body, minlength=J)
-    keys = paths.row * E + paths.col
-    pos = np.searchsorted(known_keys, keys).clip(max=max(known_keys.size - 1, 0))
-    is_known = (known_keys[pos] == keys) if known_keys.size else np.zeros(keys.size, dtype=bool)
-    correct[:] = np.bincount(paths.body[is_known], minlength=J)
+    # all bodies in one call where they are batched (small dense graphs), else one body's entries at a time
+    step = J if graph.stacks_bodies else 1
+    for lo in range(0, J, step):
+        paths = graph.path_entries(bodies[lo : lo + step], facts[:, 0], exclude)
+        body = paths.body + lo
+        at_answer = paths.col == facts[paths.row, 1]
+        hit[body[at_answer], paths.row[at_answer]] = True
+        reached += np.bincount(body, minlength=J)
+        keys = paths.row * E + paths.col
+        pos = np.searchsorted(known_keys, keys).clip(max=max(known_keys.size - 1, 0))
+        is_known = (known_keys[pos] == keys) if known_keys.size else np.zeros(keys.size, dtype=bool)
+        correct += np.bincount(body[is_known], minlength=J)
     return hit, correct, reached
 
 
