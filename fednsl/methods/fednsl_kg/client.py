@@ -443,6 +443,7 @@ class FedNSLKGClient(Client):
                 metrics[key] = float(log[key])
         if "nonredundant_heads" in log:  # heads whose valid MRR chose the non-redundant noisy-OR (predictor option)
             metrics["heads_nonredundant"] = float(log["nonredundant_heads"])
+            metrics["heads_with_valid"] = float(_heads_with_valid(log))
         if "paths" in log:  # predictor.paths auto: 1 when the valid MRR chose simple paths over walks
             metrics["simple_paths"] = float(log["paths"] == "simple")
         chosen = _choices_on_valid(log)
@@ -541,7 +542,13 @@ def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
         both = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get("paths_valid_mrr", {}).items())
         out.append(f"paths {fit_log['paths']} (valid MRR {both})")
     if "nonredundant_heads" in fit_log:
-        heads = fit_log.get("heads", {})
-        fitted = sum(1 for h in heads.values() if h.get("valid_queries"))
-        out.append(f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {fitted} heads with valid queries")
+        out.append(
+            f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {_heads_with_valid(fit_log)} heads with "
+            "valid queries"
+        )
     return out
+
+
+def _heads_with_valid(fit_log: Mapping[str, Any]) -> int:
+    """Query relations of the fit with valid queries (the heads the noisy-OR choice was made on)."""
+    return sum(1 for h in fit_log.get("heads", {}).values() if h.get("valid_queries"))

@@ -112,6 +112,7 @@ TRAIN_METRICS = (
     "valid_mrr_local",
     "heads_local",
     "heads_nonredundant",
+    "heads_with_valid",
     "simple_paths",
     "time_fit_s",
     "time_counts_s",

@@ -61,6 +61,22 @@ TEST_KEYS = ("mrr", "mr", "hits@1", "hits@3", "hits@10")
 log = logging.getLogger("fednsl.methods.fednsl_kg")
 
 
+#: the train-reply metrics that say what a client's fit chose on its valid split
+CHOSEN_METRICS = ("simple_paths", "heads_nonredundant", "heads_with_valid")
+
+
+def _described(got: Mapping[str, float]) -> dict[str, Any]:
+    """A client's CHOSEN_METRICS as summary.json shows them: the paths chosen, the heads that took the
+    non-redundant noisy-OR of those with valid queries."""
+    out: dict[str, Any] = {}
+    if "simple_paths" in got:
+        out["paths"] = "simple" if got["simple_paths"] else "walks"
+    if "heads_nonredundant" in got:
+        out["nonredundant_heads"] = int(got["heads_nonredundant"])
+        out["heads_with_valid_queries"] = int(got.get("heads_with_valid", 0))
+    return out
+
+
 class FedNSLKGStrategy(RuleLearningStrategy):
     """Server of fednsl-kg (module docstring)."""
 
@@ -88,6 +104,7 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         self.num_entities = num_entities  # bounds what a client's ranking sums may say (None: unchecked)
         self.facts: dict[str, np.ndarray] = {}  # client -> (R,) training facts per relation, from round 1
         self.last_eval: dict[str, Any] = {}
+        self.chosen: dict[str, dict[str, float]] = {}  # client -> what its last fit chose on valid (CHOSEN_METRICS)
         self.exchange = {name: Exchange() for name in self.learners}  # pooled evidence and averaged weights
 
     # -- hooks of the rule-learning server ------------------------------------------------------------------------
@@ -161,7 +178,12 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         }
 
     def after_update(self, u: Update) -> Metrics:
-        """Pool the replies' evidence and average their weights (:class:`.exchange.Exchange`)."""
+        """Pool the replies' evidence and average their weights (:class:`.exchange.Exchange`); keep what each
+        client's fit chose on its valid split (summary.json's ``chosen_on_valid``)."""
+        for cid, msg in u.replies.items():
+            got = {k: float(msg.metrics[k]) for k in CHOSEN_METRICS if k in msg.metrics}
+            if got:
+                self.chosen[cid] = got
         out: Metrics = {**self.exchange[u.learner.name].absorb(u.proposal, u.replies, self.R)}
         return out
 
@@ -183,12 +205,14 @@ class FedNSLKGStrategy(RuleLearningStrategy):
     def extra_state(self) -> dict[str, Any]:
         return {
             "last_eval": json.dumps(self.last_eval),
+            "chosen": json.dumps(self.chosen),
             "exchange": json.dumps({name: ex.to_json() for name, ex in self.exchange.items()}),
             "facts": json.dumps({cid: n.tolist() for cid, n in self.facts.items()}),
         }
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.last_eval = json.loads(state["last_eval"])
+        self.chosen = json.loads(state.get("chosen", "{}"))
         self.facts = {cid: np.asarray(n, dtype=np.int64) for cid, n in json.loads(state.get("facts", "{}")).items()}
         for name, text in json.loads(state.get("exchange", "{}")).items():
             self.exchange[name] = Exchange.from_json(text)
@@ -237,5 +261,9 @@ class FedNSLKGStrategy(RuleLearningStrategy):
         return out
 
     def summary_metrics(self) -> dict[str, Any]:
-        """Top-level entries of summary.json: the final aggregate test metrics and the per-client ones."""
-        return dict(self.last_eval)
+        """Top-level entries of summary.json: the final aggregate test metrics and the per-client ones, and what
+        each client's last fit chose on its valid split (``predictor.paths: auto``, ``predictor.nonredundant``)."""
+        out = dict(self.last_eval)
+        if self.chosen:
+            out["chosen_on_valid"] = {cid: _described(got) for cid, got in self.chosen.items()}
+        return out

@@ -442,7 +442,7 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
 
 def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
     """predictor.paths auto and the non-redundant noisy-OR end to end: the client reports whether its valid MRR
-    chose simple paths and how many heads took NR, in metrics.jsonl and in the run log."""
+    chose simple paths and how many heads took NR, in metrics.jsonl, the run log and summary.json."""
     over = [
         *FAST,
         "rounds=1",
@@ -459,6 +459,11 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert took
     line = next(x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x)
     assert "c0: chosen on valid: paths " in line and f"non-redundant noisy-OR on {int(took[-1])} of " in line
+    # and in summary.json, as the run log says it
+    chosen = s["chosen_on_valid"]["c0"]
+    assert chosen["paths"] == ("simple" if simple[-1] else "walks") and f"paths {chosen['paths']} (" in line
+    assert chosen["nonredundant_heads"] == int(took[-1])
+    assert f"of {chosen['heads_with_valid_queries']} heads with valid queries" in line
 
 
 # ------------------------------------------------------------------------------------------------ entity types
