@@ -13,10 +13,14 @@ length 1. Each step subtracts the walks that revisit an entity from the walk pro
 ``SparseGraph._simple_step``); the cost is a few element-wise products beside each sparse product.
 
 Two backends (``bench/kg_grounding.py`` measures both):
-  * ``"scipy"``: the frontier S·A_{b1}··· stays a scipy CSR matrix (sparse × sparse products). Work and memory
-    scale with the number of non-zero path counts, so it wins on sparse graphs (WN18RR) and short bodies.
-  * ``"torch"``: the frontier is a dense (E, B) tensor multiplied by the transposed CSR adjacency
-    (torch.sparse.mm). Work is nnz(A_b) · B per step whatever the frontier's sparsity.
+
+- ``"scipy"``: the frontier S·A_{b1}··· stays a scipy CSR matrix (sparse × sparse products). Work and memory
+  scale with the number of non-zero path counts, so it wins on sparse graphs (WN18RR) and short bodies.
+- ``"torch"``: the frontier is a dense (E, B) tensor multiplied by the transposed CSR adjacency
+  (torch.sparse.mm). Work is nnz(A_b) · B per step whatever the frontier's sparsity.
+
+On small dense graphs :meth:`SparseGraph.path_entries` counts many bodies at once instead
+(:mod:`kg.grounding.dense_batch`).
 
 Edge exclusion (``exclude``): row i may drop its own facts — the (h, r, t) of a training query — in both
 directions (u -q-> v and v -(q±R)-> u), as RNNLogic removes a training query's edge from the graph while grounding
