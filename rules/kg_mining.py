@@ -36,14 +36,13 @@ __all__ = [
     "mine_chain_rules",
     "dense_statistics",
     "head_statistics",
-    "rank_bodies",
     "rank_heads_bodies",
     "rule_statistics",
     "supported_pool",
 ]
 
 Body = tuple[int, ...]
-RANK_BY = ("support", "confidence")  # how mined bodies are ranked (rank_bodies)
+RANK_BY = ("support", "confidence")  # how mined bodies are ranked (rank_heads_bodies)
 
 
 def directed_triples(triples: np.ndarray | torch.Tensor, num_relations: int) -> np.ndarray:
@@ -275,35 +274,6 @@ def _check_rank_by(rank_by: str) -> None:
         raise ValueError(f"rank_by must be 'support' or 'confidence', got {rank_by!r}")
 
 
-def rank_bodies(
-    graph: SparseGraph,
-    head: int,
-    support: Mapping[Body, int],
-    *,
-    rank_by: str = "confidence",
-    pool_per_head: int = 1000,
-    min_support: int = 2,
-    max_rules: int | None = None,
-    confidence_starts: int | None = None,
-    seed: int = 0,
-    pool_by_length: bool = False,
-) -> list[Body]:
-    """The bodies of ``head`` with support ≥ ``min_support``, most supported first (ties by body tuple); with
-    ``rank_by="confidence"`` the pool (:func:`supported_pool`) re-ranked by AMIE confidence on ``graph``
-    (:func:`rule_statistics`, from at most ``confidence_starts`` sampled starts); at most ``max_rules``."""
-    return rank_heads_bodies(
-        graph,
-        {head: support},
-        rank_by=rank_by,
-        pool_per_head=pool_per_head,
-        min_support=min_support,
-        max_rules=max_rules,
-        confidence_starts=confidence_starts,
-        seed=seed,
-        pool_by_length=pool_by_length,
-    )[head]
-
-
 def rank_heads_bodies(
     graph: SparseGraph,
     supports: Mapping[int, Mapping[Body, int]],
@@ -316,8 +286,11 @@ def rank_heads_bodies(
     seed: int = 0,
     pool_by_length: bool = False,
 ) -> dict[int, list[Body]]:
-    """:func:`rank_bodies` of every head of ``supports`` (head -> body supports), the confidences of all the
-    heads' pools counted together (:func:`head_statistics`: a body shared by several pools is grounded once)."""
+    """Each head's bodies (``supports``: head -> body supports) with support ≥ ``min_support``, most supported
+    first (ties by body tuple); with ``rank_by="confidence"`` the pool (:func:`supported_pool`) re-ranked by AMIE
+    confidence on ``graph``, the confidences of all the heads' pools counted together (:func:`head_statistics`: a
+    body shared by several pools is grounded once; from at most ``confidence_starts`` sampled starts); at most
+    ``max_rules`` a head."""
     _check_rank_by(rank_by)
     ranked = {
         q: sorted((b for b, n in table.items() if n >= min_support), key=lambda b: (-table[b], b))

@@ -57,19 +57,24 @@ class PathEntries:
 class Excluded:
     """Directed edges removed per start row: row i loses src -rel-> dst (relations 0..2R-1)."""
 
-    row: torch.Tensor  # (m,) int64
-    src: torch.Tensor  # (m,) int64
-    rel: torch.Tensor  # (m,) int64
-    dst: torch.Tensor  # (m,) int64
+    row: np.ndarray  # (m,) int64
+    src: np.ndarray  # (m,) int64
+    rel: np.ndarray  # (m,) int64
+    dst: np.ndarray  # (m,) int64
+
+    def for_relation(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, src, dst) of the removed edges of relation q."""
+        sel = self.rel == q
+        return self.row[sel], self.src[sel], self.dst[sel]
 
 
 def _exclude(y: torch.Tensor, x: torch.Tensor | None, last: torch.Tensor, starts: torch.Tensor, ex: Excluded) -> None:
     """Subtract, in place, the paths of ``y`` = x · A_last that used an excluded edge of their row: for each
     prefix n and excluded edge u -last[n]-> v of row i, y[n, i, v] -= x[n, i, u] (x None: the one-hot starts)."""
-    n, e = torch.nonzero(last[:, None] == ex.rel[None, :], as_tuple=True)
+    n, e = torch.nonzero(last[:, None] == torch.from_numpy(ex.rel)[None, :], as_tuple=True)
     if not n.numel():
         return
-    row, src, dst = ex.row[e], ex.src[e], ex.dst[e]
+    row, src, dst = (torch.from_numpy(a)[e] for a in (ex.row, ex.src, ex.dst))
     vals = (starts[row] == src).to(y.dtype) if x is None else x[n, row, src]
     y.index_put_((n, row, dst), -vals, accumulate=True)
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -73,20 +72,6 @@ def _as_triples(triples: np.ndarray | torch.Tensor | Sequence[Sequence[int]], na
     if not np.issubdtype(arr.dtype, np.integer):
         raise SparseGraphError(f"{name} must hold integer ids, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
-
-
-@dataclass(frozen=True)
-class _Exclusion:
-    """Directed edges removed per batch row: row i loses u -q-> v (sorted by q for per-step lookup)."""
-
-    row: np.ndarray  # (m,) int64
-    src: np.ndarray  # (m,) int64
-    rel: np.ndarray  # (m,) int64
-    dst: np.ndarray  # (m,) int64
-
-    def for_relation(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        sel = self.rel == q
-        return self.row[sel], self.src[sel], self.dst[sel]
 
 
 def _scale_columns(m: sp.csr_matrix, v: np.ndarray) -> sp.csr_matrix:
@@ -304,7 +289,7 @@ class SparseGraph:
             raise SparseGraphError(f"a start entity is outside [0, {self.num_entities})")
         return arr
 
-    def _exclusion(self, exclude: np.ndarray | torch.Tensor | None, n_rows: int) -> _Exclusion | None:
+    def _exclusion(self, exclude: np.ndarray | torch.Tensor | None, n_rows: int) -> Excluded | None:
         """Directed edges to drop per row from ``exclude`` (n_rows, 3) triples with relations in 0..2R-1
         (a row of -1s excludes nothing); each fact is dropped in both directions, only if it is in the graph."""
         if exclude is None:
@@ -333,7 +318,7 @@ class SparseGraph:
             key = ((row * (2 * self.num_relations) + rel) * E + src) * E + dst
             _, first = np.unique(key, return_index=True)
             row, src, rel, dst = row[first], src[first], rel[first], dst[first]
-        return _Exclusion(row, src, rel, dst)
+        return Excluded(row, src, rel, dst)
 
     # ------------------------------------------------------------------ products
     def _torch_transposed(self) -> list[torch.Tensor]:
@@ -355,7 +340,7 @@ class SparseGraph:
             self._torch_t = mats
         return self._torch_t
 
-    def _step_scipy(self, x: sp.csr_matrix, q: int, excl: _Exclusion | None) -> sp.csr_matrix:
+    def _step_scipy(self, x: sp.csr_matrix, q: int, excl: Excluded | None) -> sp.csr_matrix:
         y = x @ self.adjacency[q]
         if excl is not None:
             row, src, dst = excl.for_relation(q)
@@ -368,7 +353,7 @@ class SparseGraph:
                     y.eliminate_zeros()
         return y
 
-    def _step_torch(self, xt: torch.Tensor, q: int, excl: _Exclusion | None) -> torch.Tensor:
+    def _step_torch(self, xt: torch.Tensor, q: int, excl: Excluded | None) -> torch.Tensor:
         yt = torch.sparse.mm(self._torch_transposed()[q], xt)
         if excl is not None:
             row, src, dst = excl.for_relation(q)
@@ -391,7 +376,7 @@ class SparseGraph:
             mat = self._dense[q] = self.adjacency[q].toarray()
         return mat
 
-    def _step_dense(self, x: np.ndarray, q: int, excl: _Exclusion | None) -> np.ndarray:
+    def _step_dense(self, x: np.ndarray, q: int, excl: Excluded | None) -> np.ndarray:
         y = x @ self._dense_adj(q)
         if excl is not None:
             row, src, dst = excl.for_relation(q)
@@ -534,10 +519,7 @@ class SparseGraph:
         if self.paths == "simple" and any(len(b) > 3 for b in checked):
             raise SparseGraphError("simple-path counts (paths='simple') take bodies of length ≤ 3")
         if self.stacks_bodies if batched is None else batched:
-            excl = self._exclusion(exclude, s.size)
-            ex = None
-            if excl is not None and excl.row.size:
-                ex = Excluded(*(torch.from_numpy(a) for a in (excl.row, excl.src, excl.rel, excl.dst)))
+            ex = self._exclusion(exclude, s.size)
             return dense_path_entries(
                 self.dense_adjacency(),
                 self.inverse_ids(),

@@ -15,7 +15,7 @@ from rules.kg_mining import (
     directed_triples,
     mine_chain_rule_support,
     mine_chain_rules,
-    rank_bodies,
+    rank_heads_bodies,
     rule_statistics,
     supported_pool,
 )
@@ -150,8 +150,8 @@ def test_pool_by_length_lets_a_confident_short_body_past_better_supported_long_o
     copy = np.stack([facts[:, 0], np.full(len(facts), 3), facts[:, 2]], 1)  # relation 3 mirrors the head
     g = SparseGraph.from_triples(np.concatenate([triples, copy]), 15, 4)
     support = {(1, 2): 50, (2, 5): 40, (3,): 5}
-    by_support = rank_bodies(g, head, support, pool_per_head=2)
-    by_length = rank_bodies(g, head, support, pool_per_head=2, pool_by_length=True)
+    by_support = rank_heads_bodies(g, {head: support}, pool_per_head=2)[head]
+    by_length = rank_heads_bodies(g, {head: support}, pool_per_head=2, pool_by_length=True)[head]
     assert sorted(by_support) == [(1, 2), (2, 5)]
     assert by_length[0] == (3,) and sorted(by_length) == [(1, 2), (2, 5), (3,)]
     conf = rule_statistics(g, head, by_length).confidence
