@@ -63,7 +63,7 @@ class Overlap:
             self.inter += (fired @ fired.T).double().numpy()
             return
         m = sp.csr_matrix((np.ones(cell.size, dtype=np.float64), (rule, col)), shape=(J, cells.size))
-        m.data[:] = 1.0
+        m.data[:] = 1.0  # a (cell, rule) pair counts once
         self.inter += (m @ m.T).toarray()
 
     def jaccard(self) -> np.ndarray:
