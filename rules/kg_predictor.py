@@ -53,7 +53,7 @@ from rules.kg_nonredundant import (
 )
 from rules.workers import spawn_map
 
-__all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank"]
+__all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank", "reached_reciprocal_rank"]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
@@ -140,6 +140,50 @@ def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter
     higher = (s > target).sum(1).double()
     tied = (s == target).sum(1).double()
     return ((torch.digamma(higher + tied + 1) - torch.digamma(higher + 1)) / tied).float()
+
+
+def reached_reciprocal_rank(
+    prior: torch.Tensor,
+    cells: torch.Tensor,
+    reached: torch.Tensor,
+    answers: torch.Tensor,
+    filter_flat: torch.Tensor,
+) -> torch.Tensor:
+    """(B,) :func:`expected_reciprocal_rank` of scores that are ``prior`` (E,) everywhere except at the reached
+    cells (U,) (sorted flat indices row · E + e), which score ``reached`` (U,) + prior[e]; without the (B, E) matrix.
+
+    The answer's rivals are counted against the sorted prior (O(E log E + B log E)), then corrected at the
+    reached and the filtered cells (O(U + m)); float32 sums as in the dense scores, so the result is the same to
+    the bit. answers (B,); filter_flat (m,) flat indices of the other known answers (never an answer itself)."""
+    B, E = answers.numel(), prior.numel()
+    p = prior.detach().float().numpy()
+    c = cells.numpy()
+    v = reached.detach().float().numpy() + p[c % E]  # float32, as zeros.index_copy(...) + prior
+    ans = np.arange(B) * E + answers.numpy()
+    pos = np.searchsorted(c, ans).clip(max=max(c.size - 1, 0))
+    hit = c[pos] == ans if c.size else np.zeros(B, dtype=bool)
+    target = np.where(hit, v[pos] if c.size else 0.0, p[answers.numpy()]).astype(np.float32)
+    ordered = np.sort(p)
+    above = E - np.searchsorted(ordered, target, side="right")  # prior > target
+    ties = np.searchsorted(ordered, target, side="right") - np.searchsorted(ordered, target, side="left")
+    higher, tied = above.astype(np.int64), ties.astype(np.int64)
+    f = np.unique(filter_flat.numpy())
+    filtered = np.isin(c, f)
+    # a reached cell replaces its prior's comparison by its own score's (none where it is filtered) ...
+    rows, t = c // E, target[c // E]
+    pc = p[c % E]
+    higher -= np.bincount(rows, weights=pc > t, minlength=B).astype(np.int64)
+    tied -= np.bincount(rows, weights=pc == t, minlength=B).astype(np.int64)
+    keep = ~filtered
+    higher += np.bincount(rows[keep], weights=v[keep] > t[keep], minlength=B).astype(np.int64)
+    tied += np.bincount(rows[keep], weights=v[keep] == t[keep], minlength=B).astype(np.int64)
+    # ... and a filtered cell no rule reaches loses its prior's
+    f = f[~np.isin(f, c)]
+    frows, ft, fp = f // E, target[f // E], p[f % E]
+    higher -= np.bincount(frows, weights=fp > ft, minlength=B).astype(np.int64)
+    tied -= np.bincount(frows, weights=fp == ft, minlength=B).astype(np.int64)
+    k, n = torch.from_numpy(higher).double(), torch.from_numpy(tied).double()
+    return ((torch.digamma(k + n + 1) - torch.digamma(k + 1)) / n).float()
 
 
 def _cells(flat: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -877,6 +921,14 @@ class RulePredictor:
     def _mrr(self, model: _HeadModel, batches: Sequence[_Batch]) -> float:
         total, n = 0.0, 0
         for batch in batches:
+            if self.config.aggregator == "sum":  # ranked on the reached cells, without the (B, E) logits
+                cells, phi = self._design(batch)
+                prior = self._prior(model)
+                p = prior if prior is not None else torch.zeros(self.num_entities)
+                r = _SparseLinear.apply(model.weights, phi)
+                total += float(reached_reciprocal_rank(p, cells, r, batch.answers, batch.filter_flat).sum())
+                n += batch.size
+                continue
             logits = self._logits(model, batch)
             mask = torch.zeros(batch.size * self.num_entities, dtype=torch.bool)
             mask[batch.filter_flat] = True

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rules.kg_predictor import PredictorConfig, RulePredictor, expected_reciprocal_rank
+from rules.kg_predictor import PredictorConfig, RulePredictor, expected_reciprocal_rank, reached_reciprocal_rank
 
 
 def family(n_families: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +131,28 @@ def test_expected_reciprocal_rank_matches_tie_permutations() -> None:
     perms = list(itertools.permutations([1, 2, 3]))
     brute = np.mean([1 / (1 + 1 + perm.index(2)) for perm in perms])
     assert got == pytest.approx(brute)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reached_reciprocal_rank_equals_the_dense_ranking(seed: int) -> None:
+    """Counting rivals against the sorted prior and correcting at reached and filtered cells gives the dense
+    (B, E) ranking's E[1/rank] to the bit: small integer scores, so ties are everywhere; answers reached or not,
+    filtered cells reached or not."""
+    rng = np.random.default_rng(seed)
+    B, E = 7, 30
+    prior = torch.from_numpy(rng.integers(-2, 3, E).astype(np.float32) / 4)
+    cells = np.unique(rng.choice(B * E, size=80, replace=False))
+    reached = torch.from_numpy(rng.integers(-2, 4, cells.size).astype(np.float32) / 4)
+    answers = torch.from_numpy(rng.integers(0, E, B))
+    answers[0] = int(cells[0] % E) if cells[0] // E == 0 else answers[0]
+    flat = np.setdiff1d(rng.choice(B * E, size=40, replace=False), np.arange(B) * E + answers.numpy())
+    flat = np.concatenate([flat, flat[:3]])  # a repeated entry is filtered once
+    dense = torch.zeros(B * E).index_copy(0, torch.from_numpy(cells), reached).view(B, E) + prior
+    mask = torch.zeros(B * E, dtype=torch.bool)
+    mask[torch.from_numpy(flat)] = True
+    want = expected_reciprocal_rank(dense, answers, mask.view(B, E))
+    got = reached_reciprocal_rank(prior, torch.from_numpy(cells), reached, answers, torch.from_numpy(flat))
+    assert torch.equal(got, want)
 
 
 def test_bad_input() -> None:
