@@ -168,7 +168,10 @@ def reached_reciprocal_rank(
     ties = np.searchsorted(ordered, target, side="right") - np.searchsorted(ordered, target, side="left")
     higher, tied = above.astype(np.int64), ties.astype(np.int64)
     f = np.unique(filter_flat.numpy())
-    filtered = np.isin(c, f)
+    at = np.searchsorted(c, f).clip(max=max(c.size - 1, 0))
+    in_c = c[at] == f if c.size else np.zeros(f.size, dtype=bool)
+    filtered = np.zeros(c.size, dtype=bool)
+    filtered[at[in_c]] = True
     # a reached cell replaces its prior's comparison by its own score's (none where it is filtered) ...
     rows, t = c // E, target[c // E]
     pc = p[c % E]
@@ -178,7 +181,7 @@ def reached_reciprocal_rank(
     higher += np.bincount(rows[keep], weights=v[keep] > t[keep], minlength=B).astype(np.int64)
     tied += np.bincount(rows[keep], weights=v[keep] == t[keep], minlength=B).astype(np.int64)
     # ... and a filtered cell no rule reaches loses its prior's
-    f = f[~np.isin(f, c)]
+    f = f[~in_c]
     frows, ft, fp = f // E, target[f // E], p[f % E]
     higher -= np.bincount(frows, weights=fp > ft, minlength=B).astype(np.int64)
     tied -= np.bincount(frows, weights=fp == ft, minlength=B).astype(np.int64)
@@ -920,11 +923,13 @@ class RulePredictor:
     @torch.no_grad()
     def _mrr(self, model: _HeadModel, batches: Sequence[_Batch]) -> float:
         total, n = 0.0, 0
+        E = self.num_entities
         for batch in batches:
-            if self.config.aggregator == "sum":  # ranked on the reached cells, without the (B, E) logits
+            few = self.config.aggregator == "sum" and 4 * self._design(batch)[0].numel() < batch.size * E
+            if few:  # few reached cells (as in _loss): ranked on them, without the (B, E) logits
                 cells, phi = self._design(batch)
                 prior = self._prior(model)
-                p = prior if prior is not None else torch.zeros(self.num_entities)
+                p = prior if prior is not None else torch.zeros(E)
                 r = _SparseLinear.apply(model.weights, phi)
                 total += float(reached_reciprocal_rank(p, cells, r, batch.answers, batch.filter_flat).sum())
                 n += batch.size
