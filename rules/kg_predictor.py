@@ -159,32 +159,29 @@ def reached_reciprocal_rank(
     p = prior.detach().float().numpy()
     c = cells.numpy()
     v = reached.detach().float().numpy() + p[c % E]  # float32, as zeros.index_copy(...) + prior
-    ans = np.arange(B) * E + answers.numpy()
-    pos = np.searchsorted(c, ans).clip(max=max(c.size - 1, 0))
-    hit = c[pos] == ans if c.size else np.zeros(B, dtype=bool)
+    pos, hit = (t.numpy() for t in _positions(c, np.arange(B) * E + answers.numpy()))
     target = np.where(hit, v[pos] if c.size else 0.0, p[answers.numpy()]).astype(np.float32)
     ordered = np.sort(p)
-    above = E - np.searchsorted(ordered, target, side="right")  # prior > target
-    ties = np.searchsorted(ordered, target, side="right") - np.searchsorted(ordered, target, side="left")
-    higher, tied = above.astype(np.int64), ties.astype(np.int64)
+    right = np.searchsorted(ordered, target, side="right")
+    higher = (E - right).astype(np.int64)  # prior > target
+    tied = (right - np.searchsorted(ordered, target, side="left")).astype(np.int64)
+
+    def per_row(rows: np.ndarray, flags: np.ndarray) -> np.ndarray:
+        return np.bincount(rows, weights=flags, minlength=B).astype(np.int64)
+
     f = np.unique(filter_flat.numpy())
-    at = np.searchsorted(c, f).clip(max=max(c.size - 1, 0))
-    in_c = c[at] == f if c.size else np.zeros(f.size, dtype=bool)
-    filtered = np.zeros(c.size, dtype=bool)
-    filtered[at[in_c]] = True
+    at, in_c = (t.numpy() for t in _positions(c, f))
+    keep = np.ones(c.size, dtype=bool)
+    keep[at[in_c]] = False
     # a reached cell replaces its prior's comparison by its own score's (none where it is filtered) ...
-    rows, t = c // E, target[c // E]
-    pc = p[c % E]
-    higher -= np.bincount(rows, weights=pc > t, minlength=B).astype(np.int64)
-    tied -= np.bincount(rows, weights=pc == t, minlength=B).astype(np.int64)
-    keep = ~filtered
-    higher += np.bincount(rows[keep], weights=v[keep] > t[keep], minlength=B).astype(np.int64)
-    tied += np.bincount(rows[keep], weights=v[keep] == t[keep], minlength=B).astype(np.int64)
+    rows, t, pc = c // E, target[c // E], p[c % E]
+    higher += per_row(rows[keep], v[keep] > t[keep]) - per_row(rows, pc > t)
+    tied += per_row(rows[keep], v[keep] == t[keep]) - per_row(rows, pc == t)
     # ... and a filtered cell no rule reaches loses its prior's
     f = f[~in_c]
     frows, ft, fp = f // E, target[f // E], p[f % E]
-    higher -= np.bincount(frows, weights=fp > ft, minlength=B).astype(np.int64)
-    tied -= np.bincount(frows, weights=fp == ft, minlength=B).astype(np.int64)
+    higher -= per_row(frows, fp > ft)
+    tied -= per_row(frows, fp == ft)
     k, n = torch.from_numpy(higher).double(), torch.from_numpy(tied).double()
     return ((torch.digamma(k + n + 1) - torch.digamma(k + 1)) / n).float()
 
