@@ -1,4 +1,4 @@
-"""Shared helpers for benchmark scripts: result files and machine facts."""
+"""Shared helpers for benchmark scripts: result files, machine facts, timed calls."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+T = TypeVar("T")
 
 
 def machine() -> dict[str, Any]:
@@ -38,3 +40,13 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     from scipy.stats import t
 
     return float(arr.mean()), float(t.ppf(0.975, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size))
+
+
+def call_times(fn: Callable[[], T], repeats: int) -> tuple[list[float], T]:
+    """Wall seconds of each of ``repeats`` (at least 1) calls of ``fn``, and the last call's result."""
+    times = []
+    for _ in range(max(int(repeats), 1)):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out

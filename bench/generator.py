@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench._common import write_result
+from bench._common import call_times, write_result
 from rules.generator import (
     GeneratorConfig,
     RuleGenerator,
@@ -94,12 +94,7 @@ def sample_rules_per_triple(
 
 
 def timed(fn: Callable[[], SampledRules], repeats: int) -> tuple[SampledRules, list[float]]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    assert out is not None
+    times, out = call_times(fn, repeats)
     return out, times
 
 

@@ -48,7 +48,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from bench._common import write_result
+from bench._common import call_times, write_result
 from kg.grounding import build_plan, logire_path_scores, path_scores, to_log_transitions, with_inverse_and_stay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,12 +216,7 @@ def measure_memory(case_file: str, impl: str) -> float:
 
 def timed(fn: Callable[[], torch.Tensor], repeats: int) -> list[float]:
     """Wall-clock ms of each call."""
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out
+    return [t * 1e3 for t in call_times(fn, repeats)[0]]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench._common import write_result
+from bench._common import call_times, write_result
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from rules.kg_mining import (
@@ -50,11 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     """Median wall seconds of ``repeats`` calls and the last call's result."""
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
+    times, out = call_times(fn, repeats)
     return statistics.median(times), out
 
 

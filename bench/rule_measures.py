@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from bench._common import write_result
+from bench._common import call_times, write_result
 from kg.docred import read_docred
 from rules.fol import RelationVocab, read_rules
 from rules.measures import count_bodies, logic_accuracy
@@ -96,12 +95,8 @@ def _gold(doc, R: int) -> np.ndarray:
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
+    times, out = call_times(fn, repeats)
+    return min(times), out
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench._common import call_times
 from rules import stl
 
 RESULTS = Path(__file__).resolve().parent / "results" / "stl.json"
@@ -70,11 +71,7 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     """Median wall time over ``repeat`` runs (after one warm-up when repeat > 1) and the result."""
     if repeat > 1:
         fn()
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
+    times, out = call_times(fn, repeat)
     return statistics.median(times), out
 
 
