@@ -525,9 +525,14 @@ class RulePredictor:
         loss = −Σ_rows (log p_t + s Σ_a log p_a) / Σ_rows (1 + s·|A_row|). Sum aggregator on a sparse batch
         (reached cells < 1/4 of B·E): computed exactly on the reached cells only (:meth:`_reached_loss`);
         otherwise on the dense (B, E) logits."""
-        if self.config.aggregator == "sum" and 4 * self._design(batch)[0].numel() < batch.size * self.num_entities:
+        if self._few_reached(batch):
             return self._reached_loss(model, batch)
         return self._dense_loss(model, batch)
+
+    def _few_reached(self, batch: _Batch) -> bool:
+        """Sum aggregator and reached cells < 1/4 of the batch's B·E: the loss and the valid ranking are computed
+        on the reached cells, not on the dense (B, E) logits."""
+        return self.config.aggregator == "sum" and 4 * self._design(batch)[0].numel() < batch.size * self.num_entities
 
     def _dense_loss(self, model: _HeadModel, batch: _Batch) -> torch.Tensor:
         """:meth:`_loss` on the dense (B, E) logits."""
@@ -922,19 +927,17 @@ class RulePredictor:
         total, n = 0.0, 0
         E = self.num_entities
         for batch in batches:
-            few = self.config.aggregator == "sum" and 4 * self._design(batch)[0].numel() < batch.size * E
-            if few:  # few reached cells (as in _loss): ranked on them, without the (B, E) logits
+            if self._few_reached(batch):  # ranked on the reached cells, without the (B, E) logits
                 cells, phi = self._design(batch)
                 prior = self._prior(model)
                 p = prior if prior is not None else torch.zeros(E)
                 r = _SparseLinear.apply(model.weights, phi)
-                total += float(reached_reciprocal_rank(p, cells, r, batch.answers, batch.filter_flat).sum())
-                n += batch.size
-                continue
-            logits = self._logits(model, batch)
-            mask = torch.zeros(batch.size * self.num_entities, dtype=torch.bool)
-            mask[batch.filter_flat] = True
-            total += float(expected_reciprocal_rank(logits, batch.answers, mask.view(batch.size, -1)).sum())
+                rr = reached_reciprocal_rank(p, cells, r, batch.answers, batch.filter_flat)
+            else:
+                mask = torch.zeros(batch.size * E, dtype=torch.bool)
+                mask[batch.filter_flat] = True
+                rr = expected_reciprocal_rank(self._logits(model, batch), batch.answers, mask.view(batch.size, -1))
+            total += float(rr.sum())
             n += batch.size
         return total / max(n, 1)
 
