@@ -58,6 +58,10 @@ __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciproca
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
 PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
+#: ``PredictorConfig.workers`` is used when the fit has at least this many (training query, body) pairs over its
+#: heads: a worker process takes 2–3 s to start, more than a smaller fit saves (fednsl_kg_own's first fit: the
+#: planted KG's 1.8·10⁵ pairs take 4 s in one process, both paths; pykeen's UMLS split's 2.3·10⁶ take 22 s, simple)
+MIN_PARALLEL_WORK = 1_000_000
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -116,7 +120,7 @@ class PredictorConfig:
     eval_init: bool = False
     # fit the heads in this many worker processes (each one thread; the result equals the one-process fit); 1: in
     # this process. Sparse grounding runs on one core, so on FB15k-237 a second worker uses the second core
-    workers: int = 1
+    workers: int = 1  # (used when the fit holds MIN_PARALLEL_WORK query-body pairs or more)
     # SAFRAN's non-redundant noisy-OR beside the fitted model (rules.kg_nonredundant): after a head is fitted, its
     # rules' confidences hits / (reached + nr_smoothing) on the training queries (own fact removed) and their
     # clusters by prediction overlap (Jaccard ≥ τ) give NR(e); the score becomes s(e) + β · −log(1 − NR(e)), or
@@ -658,10 +662,14 @@ class RulePredictor:
         log: dict[str, Any] = {"heads": {}, "config": asdict(cfg)}
         todo = sorted(self.bodies) if heads is None else sorted(int(q) for q in heads)
         job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
-        if cfg.workers > 1 and len(todo) > 1:
+        cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
+        if cfg.max_train_queries is not None:
+            cost = np.minimum(cost, cfg.max_train_queries)
+        work = sum(int(cost[q]) * len(self.bodies.get(q, [])) for q in todo)
+        log["work"], log["workers"] = work, (cfg.workers if work >= MIN_PARALLEL_WORK else 1)
+        if log["workers"] > 1 and len(todo) > 1:
             # the heads are independent (own seed, own model): fit them in worker processes, the most trained
             # heads first, and apply the results in head order, so the fit equals the one-process fit
-            cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
             order = sorted(todo, key=lambda q: (-int(cost[q]), q))
             done = dict(zip(order, spawn_map(_worker_fit, order, cfg.workers, (self, job))))
             for q in todo:

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from rules.kg_predictor import PredictorConfig, RulePredictor, expected_reciprocal_rank, reached_reciprocal_rank
+from rules.kg_mining import directed_triples
+from rules.kg_predictor import (
+    MIN_PARALLEL_WORK,
+    PredictorConfig,
+    RulePredictor,
+    expected_reciprocal_rank,
+    reached_reciprocal_rank,
+)
 
 
 def family(n_families: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -537,7 +544,10 @@ def test_given_confidence_and_weights_start_the_first_bodies_only() -> None:
 
 
 @pytest.mark.parametrize(("constants", "paths"), [(0, "walks"), (5, "walks"), (0, "auto")])
-def test_worker_processes_fit_the_same_weights_as_one_process(constants: int, paths: str) -> None:
+def test_worker_processes_fit_the_same_weights_as_one_process(
+    constants: int, paths: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rules.kg_predictor.MIN_PARALLEL_WORK", 0)  # this small fit too goes to the workers
     train, test = family(seed=2)
     valid = test[:2]
 
@@ -559,6 +569,7 @@ def test_worker_processes_fit_the_same_weights_as_one_process(constants: int, pa
 
     torch.set_num_threads(1)
     (one, log1), (two, log2) = run(1), run(2)
+    assert (log1["workers"], log2["workers"]) == (1, 2)
     assert sorted(one.models) == sorted(two.models)
     for q, m in one.models.items():
         for a, b in zip(m.parameters(), two.models[q].parameters()):
@@ -571,6 +582,17 @@ def test_worker_processes_fit_the_same_weights_as_one_process(constants: int, pa
     assert torch.equal(one.score(queries), two.score(queries))
     for q in log1["heads"]:
         assert {k: v for k, v in log1["heads"][q].items()} == log2["heads"][q]
+
+
+def test_a_small_fit_stays_in_one_process() -> None:
+    """Below MIN_PARALLEL_WORK (training query, body) pairs, ``workers`` is not used: starting them costs more."""
+    train, test = family(seed=2)
+    bodies = {1: [(0, 0), (2,), (0, 2)], 4: [(3, 3), (2,)], 0: [(1, 3)]}
+    cfg = PredictorConfig(epochs=2, eval_every=2, max_train_queries=5, workers=2)
+    log = RulePredictor(bodies, 36, num_relations=3, config=cfg).fit(train, train, valid_triples=test[:2])
+    per_head = np.bincount(directed_triples(train, 3)[:, 1], minlength=6)
+    assert log["work"] == sum(min(int(per_head[q]), 5) * len(b) for q, b in bodies.items())
+    assert log["workers"] == 1 and log["work"] < MIN_PARALLEL_WORK
 
 
 def test_workers_out_of_range_are_refused() -> None:

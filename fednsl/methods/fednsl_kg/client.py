@@ -7,6 +7,7 @@ exact sums of its ranking metrics — never a triple, an entity id or a predicto
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -185,6 +186,9 @@ class FedNSLKGClient(Client):
         self._graph: SparseGraph | None = None
         self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
         self._local_log: dict[str, Any] | None = None
+        # ``predictor.paths: auto``: the way the first fit chose on valid and its valid MRR both ways; later fits
+        # ground that way alone (the graph is the same every round, so is the choice)
+        self.paths_choice: dict[str, Any] | None = None
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -280,6 +284,8 @@ class FedNSLKGClient(Client):
                 self._add_own(rule_sets, r)
         given = bool(weights or types)
         pcfg = self._predictor_config(eval_init=given)
+        if pcfg.paths == "auto" and self.paths_choice is not None:
+            pcfg = dataclasses.replace(pcfg, paths=self.paths_choice["paths"])
         self.predictor = RulePredictor(
             rule_sets,
             self.E,
@@ -307,6 +313,10 @@ class FedNSLKGClient(Client):
             )
             if self.cfg.select_on_valid != "off" and valid is not None:
                 fit_log.update(self._select(fit_log, seed))
+        if "paths" in fit_log:
+            self.paths_choice = {"paths": fit_log["paths"], "paths_valid_mrr": dict(fit_log["paths_valid_mrr"])}
+        elif self.paths_choice is not None:
+            fit_log.update(self.paths_choice, paths_kept=True)
         return fit_log
 
     def _predictor_config(self, **defaults: Any) -> PredictorConfig:
@@ -499,11 +509,14 @@ class FedNSLKGClient(Client):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The round-1 mined bodies (kept beside the server's proposals in later rounds) and the seed of the local
-        predictor (``select_on_valid``), so a resumed run refits it alike."""
+        """The round-1 mined bodies (kept beside the server's proposals in later rounds), the seed of the local
+        predictor (``select_on_valid``) and the grounding chosen on valid (``paths: auto``), so a resumed run
+        refits alike."""
         state = {"mined": json.dumps([[r, [list(b) for b in bs]] for r, bs in sorted(self.mined.items())])}
         if self.local_seed is not None:
             state["local_seed"] = str(self.local_seed)
+        if self.paths_choice is not None:
+            state["paths_choice"] = json.dumps(self.paths_choice, allow_nan=False)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -511,6 +524,8 @@ class FedNSLKGClient(Client):
             self.mined = {int(r): [tuple(b) for b in bs] for r, bs in json.loads(state["mined"])}
         if "local_seed" in state:
             self.local_seed = int(state["local_seed"])
+        if "paths_choice" in state:
+            self.paths_choice = json.loads(state["paths_choice"])
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:
@@ -535,12 +550,13 @@ class FedNSLKGClient(Client):
 
 
 def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
-    """What the predictor chose on the valid split, one phrase each (paths: auto; the heads that took the
-    non-redundant noisy-OR)."""
+    """What the predictor chose on the valid split, one phrase each (paths: auto, in this fit or kept from the
+    client's first; the heads that took the non-redundant noisy-OR)."""
     out = []
     if "paths" in fit_log:
         both = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get("paths_valid_mrr", {}).items())
-        out.append(f"paths {fit_log['paths']} (valid MRR {both})")
+        kept = ", kept from the first fit" if fit_log.get("paths_kept") else ""
+        out.append(f"paths {fit_log['paths']}{kept} (valid MRR {both})")
     if "nonredundant_heads" in fit_log:
         out.append(
             f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {_heads_with_valid(fit_log)} heads with "

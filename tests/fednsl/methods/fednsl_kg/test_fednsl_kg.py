@@ -16,6 +16,7 @@ from fednsl.config import load_config
 from fednsl.federation.records import Message, validate
 from fednsl.methods.fednsl_kg.bodies import mirror, query_rule_sets
 from fednsl.methods.fednsl_kg.client import (
+    FedNSLKGClient,
     amie_counts,
     mine_forward_rules,
     type_signature_counts,
@@ -442,14 +443,15 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
 
 def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
     """predictor.paths auto and the non-redundant noisy-OR end to end: the client reports whether its valid MRR
-    chose simple paths and how many heads took NR, in metrics.jsonl, the run log and summary.json."""
+    chose simple paths and how many heads took NR, in metrics.jsonl, the run log and summary.json. The paths are
+    chosen in the first round's fit and kept after it (the second fit grounds that way alone), resumed alike."""
     over = [
         *FAST,
-        "rounds=1",
+        "rounds=2",
         "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, nonredundant: true}",
     ]
     out = tmp_path / "auto"
-    train(load_config(CONFIG, over), out, progress=False)
+    result = train(load_config(CONFIG, over), out, progress=False)
     s = json.loads((out / "summary.json").read_text())
     assert all(np.isfinite(s[k]) for k in TEST_KEYS) and s["test_mrr"] > 0.2
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -457,13 +459,19 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert simple and set(simple) <= {0.0, 1.0}
     took = [v for row in rows for k, v in row.items() if k.endswith("heads_nonredundant")]
     assert took
-    line = next(x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x)
+    line = [x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x][-1]  # round 2's
     assert "c0: chosen on valid: paths " in line and f"non-redundant noisy-OR on {int(took[-1])} of " in line
     # and in summary.json, as the run log says it
     chosen = s["chosen_on_valid"]["c0"]
-    assert chosen["paths"] == ("simple" if simple[-1] else "walks") and f"paths {chosen['paths']} (" in line
+    assert chosen["paths"] == ("simple" if simple[-1] else "walks") and simple[0] == simple[-1]
     assert chosen["nonredundant_heads"] == int(took[-1])
     assert f"of {chosen['heads_with_valid_queries']} heads with valid queries" in line
+    assert f"paths {chosen['paths']}, kept from the first fit (valid MRR " in line
+    client = result.federation.clients["c0"]
+    assert client.predictor.config.paths == chosen["paths"]  # the second fit grounded one way
+    again = FedNSLKGClient("c0", client.part, client.cfg, client.filter_index)
+    again.load_state_dict(client.state_dict())
+    assert again.paths_choice == client.paths_choice and again.paths_choice["paths"] == chosen["paths"]
 
 
 # ------------------------------------------------------------------------------------------------ entity types
