@@ -149,7 +149,8 @@ def _closed_path_codes(
                 a, off1 = _expand(yi, s1, c1)
                 b, off3 = _expand(zi[a], s3, c3)
                 codes.append((r1[off1[b]] + 1) + (b2[a[b]] + 1) * base + (r3[off3] + 1) * base * base)
-    return np.unique(np.concatenate(codes)) if codes else np.zeros(0, dtype=np.int64)
+    found = np.sort(np.concatenate(codes))  # distinct by sorting: numpy's hash-based np.unique is slower here
+    return found[np.r_[True, found[1:] != found[:-1]]] if found.size else found
 
 
 def _decode(code: int, base: int) -> Body:
