@@ -663,9 +663,8 @@ class RulePredictor:
         todo = sorted(self.bodies) if heads is None else sorted(int(q) for q in heads)
         job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
         cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
-        if cfg.max_train_queries is not None:
-            cost = np.minimum(cost, cfg.max_train_queries)
-        work = sum(int(cost[q]) * len(self.bodies.get(q, [])) for q in todo)
+        queries = cost if cfg.max_train_queries is None else np.minimum(cost, cfg.max_train_queries)
+        work = sum(int(queries[q]) * len(self.bodies.get(q, [])) for q in todo)
         log["work"], log["workers"] = work, (cfg.workers if work >= MIN_PARALLEL_WORK else 1)
         if log["workers"] > 1 and len(todo) > 1:
             # the heads are independent (own seed, own model): fit them in worker processes, the most trained
