@@ -260,7 +260,6 @@ def test_max_fanout_drops_wide_groundings_only() -> None:
 def test_h_scores_equal_the_per_grounding_definition(feature: str) -> None:
     """H(rule) = mean over training queries of y_rule(answer) − mean_{e ∈ A} y_rule(e), computed entry by entry from
     the groundings (y_rule(e) = Σ_k w_k φ_k(f(e)), A = candidates any rule reaches), equals the predictor's."""
-    from rules.kg_mining import directed_triples
     from rules.kg_predictor import _known
 
     rng = np.random.default_rng(0)
@@ -294,7 +293,6 @@ def test_reached_cell_loss_equals_dense_cross_entropy_and_gradients(type_prior: 
     answers no rule reaches and other known answers that rules reach. Reference: smoothing 0 = the other known
     answers filtered; s > 0 = RNNLogic's trainer, target t = onehot(answer) + s·(other known answers), unfiltered,
     loss = −Σ t·log_softmax / Σ t over the batch."""
-    from rules.kg_mining import directed_triples
     from rules.kg_predictor import _known
 
     rng = np.random.default_rng(1)
@@ -369,7 +367,6 @@ def test_design_is_the_canonical_csr_of_the_groundings(batch_nnz: int) -> None:
     indices and data — with constant rules sharing cells and batches split by query (small ``batch_nnz``)."""
     import scipy.sparse as sp
 
-    from rules.kg_mining import directed_triples
     from rules.kg_predictor import _known
 
     train, _ = family(n_families=10, seed=4)
@@ -404,7 +401,6 @@ def test_design_is_the_canonical_csr_of_the_groundings(batch_nnz: int) -> None:
 def test_batch_nnz_splits_batches_by_query_without_changing_groundings() -> None:
     """With a small ``batch_nnz`` a chunk's groundings are split by query row: every batch holds at most batch_nnz
     entries (or one query), and the per-query entries, answers and filters equal those of the unsplit batch."""
-    from rules.kg_mining import directed_triples
     from rules.kg_predictor import _known
 
     rng = np.random.default_rng(1)
