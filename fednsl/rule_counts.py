@@ -236,7 +236,8 @@ def order_rules(
         report.note = " ".join(str(err).split()) or type(err).__name__
         log.warning("%s", report.line())
         return report
-    done = record_order(store, data, DEFAULT_THRESHOLD)
+    workers = (config.method_kwargs.get("predictor") or {}).get("workers", 1)  # the fit's processes measure it too
+    done = record_order(store, data, DEFAULT_THRESHOLD, workers if isinstance(workers, int) else 1)
     store.save(run_dir)
     report.source = "computed"
     report.rules = int(done["rules"])

@@ -51,17 +51,13 @@ from rules.kg_nonredundant import (
     smoothed_confidence,
     with_evidence,
 )
-from rules.workers import spawn_map
+from rules.workers import MIN_PARALLEL_WORK, spawn_map
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank", "reached_reciprocal_rank"]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
 PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
-#: ``PredictorConfig.workers`` is used when the fit has at least this many (training query, body) pairs over its
-#: heads: a worker process takes 2–3 s to start, more than a smaller fit saves (fednsl_kg_own's first fit: the
-#: planted KG's 1.8·10⁵ pairs take 4 s in one process, both paths; pykeen's UMLS split's 2.3·10⁶ take 22 s, simple)
-MIN_PARALLEL_WORK = 1_000_000
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -448,7 +444,7 @@ class RulePredictor:
             torch.from_numpy(total),
             torch.from_numpy(chunk[:, 1].copy()),
             torch.tensor(filt, dtype=torch.int64),
-            self._num_rules(q),
+            self.num_rules(q),
         )
 
     def _design(self, batch: _Batch) -> tuple[torch.Tensor, sp.csr_matrix]:
@@ -604,13 +600,13 @@ class RulePredictor:
         other = (b[at.filter_ents] + r_other) - log_z[at.filter_rows]
         return ((loss.sum() - s * other.sum()) / (B + s * batch.filter_flat.numel())).float()
 
-    def _num_rules(self, q: int) -> int:
+    def num_rules(self, q: int) -> int:
         """Columns of head q's design matrix: its path bodies, then its constant rules."""
         constants = self.constants.get(q)
         return len(self.bodies.get(q, [])) + (len(constants) if constants is not None else 0)
 
     def _new_model(self, q: int, paths: Paths | None = None) -> _HeadModel:
-        J = self._num_rules(q)
+        J = self.num_rules(q)
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
@@ -744,6 +740,7 @@ class RulePredictor:
         """Fit head q's model with its bodies grounded as ``paths``; returns the head's log."""
         train_dir, valid_dir, known_train, known_valid, epochs, seed = job
         cfg = self.config
+        t0 = time.perf_counter()
         rng = np.random.default_rng([seed, q])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         rows = train_dir[train_dir[:, 1] == q][:, [0, 2]]
@@ -760,7 +757,7 @@ class RulePredictor:
         if train_batches is None:
             train_batches = []
         valid_batches = list(self._batches(q, vrows, known_valid, exclude_own=False)) if vrows is not None else []
-        if cfg.init in ("confidence", "amie") and self._num_rules(q):
+        if cfg.init in ("confidence", "amie") and self.num_rules(q):
             if cfg.init == "amie":
                 assert self.graph is not None
                 none = np.zeros(0)
@@ -824,7 +821,7 @@ class RulePredictor:
             p.requires_grad_(False)
         h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
         model.h_score = h_score[: len(self.bodies.get(q, []))]  # the E-step scores path bodies only
-        if cfg.nonredundant and valid_batches and self._num_rules(q):
+        if cfg.nonredundant and valid_batches and self.num_rules(q):
             again = train_batches if cached else self._batches(q, rows, known_train, exclude_own=True)
             model.nonredundant = self._choose_nonredundant(q, model, again, valid_batches, best[0])
         chosen = model.nonredundant
@@ -840,6 +837,7 @@ class RulePredictor:
             "best_epoch": best[1],
             "history": history,
             "cached": cached,
+            "seconds": time.perf_counter() - t0,
             **({"nonredundant": nr} if cfg.nonredundant else {}),
         }
 
@@ -856,7 +854,7 @@ class RulePredictor:
         gives head q the best valid MRR, or None when none beats the fitted model's ``fitted_mrr``. Confidences
         and overlaps are counted on the training queries with their own facts removed."""
         cfg = self.config
-        J, E = self._num_rules(q), self.num_entities
+        J, E = self.num_rules(q), self.num_entities
         overlap = Overlap(J)
         hits = torch.zeros(J, dtype=torch.float64)
         reached = torch.zeros(J, dtype=torch.float64)
@@ -917,7 +915,7 @@ class RulePredictor:
         leave-one-out confidence is hits / reached, #queries whose answer the body reaches over #(query, candidate)
         pairs it reaches (AMIE's standard confidence counted over the training queries, so a body that only fires
         through the query's own edge gets 0). Both are sums over queries: they add up over clients."""
-        J = self._num_rules(q)
+        J = self.num_rules(q)
         hits = torch.zeros(J, dtype=torch.float64)
         size = torch.zeros(J, dtype=torch.float64)
         for batch in batches:

@@ -24,8 +24,9 @@ import numpy as np
 
 from kg.grounding.sparse import Paths, SparseGraph
 from rules.identity import Group, equivalences, group_rules
-from rules.marginal import contributions
+from rules.marginal import Contribution, contributions
 from rules.store.records import RankedRule, RuleRow, Triple
+from rules.workers import MIN_PARALLEL_WORK, spawn_map
 
 if TYPE_CHECKING:
     from rules.store import RuleStore
@@ -105,48 +106,78 @@ def grouped(
 
 
 def _groups(
-    store: RuleStore, rows: list[RuleRow], eq: Mapping[int, int], data: Training | None
+    store: RuleStore, rows: list[RuleRow], eq: Mapping[int, int], data: Training | None, workers: int = 1
 ) -> list[tuple[list[RuleRow], list[tuple[Group, tuple[float | None, float | None]]]]]:
     """Per triple of ``rows`` (in their order): its rows and its groups in reading order, each with
-    ``(explains, loo_conf)`` (None, None when ``data`` is None)."""
+    ``(explains, loo_conf)`` (None, None when ``data`` is None). ``workers`` > 1: the heads are measured in that
+    many worker processes when they hold :data:`rules.workers.MIN_PARALLEL_WORK` (fact, rule) pairs or more."""
     num_r = len(store.relations)
     by_triple: dict[Triple, list[RuleRow]] = {}
     for r in rows:
         by_triple.setdefault(r.triple, []).append(r)
-    out = []
+    found = {
+        triple: group_rules(int(triple[0]) % num_r, [(r.tokens, r.probability) for r in trows], eq, num_r)
+        for triple, trows in by_triple.items()
+    }
+    jobs: dict[Triple, _Job] = {}
+    if data is not None:
+        for triple, groups in found.items():
+            if groups:
+                head = int(triple[0]) % num_r
+                jobs[triple] = (
+                    head,
+                    [tuple(t for t in g.body if t < 2 * num_r) for g in groups],  # stay (padding) tokens dropped
+                    data.triples[data.triples[:, 1] == head][:, [0, 2]],
+                    [g.score for g in groups],
+                    [2 * g.uses_head + g.detour for g in groups],  # plain rules, detours, then head-using ones
+                )
+    measured = _measured(data.graph, jobs, workers) if data is not None else {}
+    out: list[tuple[list[RuleRow], list[tuple[Group, tuple[float | None, float | None]]]]] = []
     for triple, trows in by_triple.items():
-        head = int(triple[0]) % num_r
-        found = group_rules(head, [(r.tokens, r.probability) for r in trows], eq, num_r)
-        measured: list[tuple[float | None, float | None]] = [(None, None)] * len(found)
-        if data is not None and found:
-            facts = data.triples[data.triples[:, 1] == head][:, [0, 2]]
-            tiers = [2 * g.uses_head + g.detour for g in found]  # plain rules, detours, then head-using ones
-            c = contributions(
-                data.graph,
-                head,
-                [tuple(t for t in g.body if t < 2 * num_r) for g in found],  # stay (padding) tokens dropped
-                facts,
-                max_facts=MAX_FACTS,
-                tie=[g.score for g in found],
-                tiers=tiers,
-            )
-            n = max(c.facts, 1)
-            measured = [(float(c.gain[i]) / n, float(c.confidence[i])) for i in c.order]
-            found = [found[i] for i in c.order]
-        out.append((trows, list(zip(found, measured, strict=True))))
+        groups = found[triple]
+        if triple not in measured:
+            out.append((trows, [(g, (None, None)) for g in groups]))
+            continue
+        c = measured[triple]
+        n = max(c.facts, 1)
+        out.append((trows, [(groups[i], (float(c.gain[i]) / n, float(c.confidence[i]))) for i in c.order]))
     return out
 
 
-def record_order(store: RuleStore, data: Training, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
+#: one head's reading-order measurement: head, its canonical bodies, its training facts (n, 2), ties, tiers
+_Job = tuple[int, list[tuple[int, ...]], np.ndarray, list[float], list[int]]
+
+
+def _measure(graph: SparseGraph, job: _Job) -> Contribution:
+    """:func:`rules.marginal.contributions` of one head's canonical rules (a worker's item)."""
+    head, bodies, facts, tie, tiers = job
+    return contributions(graph, head, bodies, facts, max_facts=MAX_FACTS, tie=tie, tiers=tiers)
+
+
+def _measured(graph: SparseGraph, jobs: Mapping[Triple, _Job], workers: int) -> dict[Triple, Contribution]:
+    """Every job measured, here or (``workers`` > 1 and enough (fact, rule) pairs) in worker processes, the
+    largest first; each is seeded on its own, so both give the same result."""
+    keys = list(jobs)
+    size = {k: min(len(jobs[k][2]), MAX_FACTS) * len(jobs[k][1]) for k in keys}
+    if workers > 1 and len(keys) > 1 and sum(size.values()) >= MIN_PARALLEL_WORK:
+        keys.sort(key=lambda k: -size[k])
+        return dict(zip(keys, spawn_map(_measure, [jobs[k] for k in keys], workers, graph), strict=True))
+    return {k: _measure(graph, jobs[k]) for k in keys}
+
+
+def record_order(
+    store: RuleStore, data: Training, threshold: float = DEFAULT_THRESHOLD, workers: int = 1
+) -> dict[str, Any]:
     """Measure the reading order of every triple of ``store`` on the training ``data`` and record it in the
     store (``TripleRecord.ranked`` per triple, how it was measured in ``store.reading_order``); returns what was
-    recorded there (with ``rules``: the canonical rules, ``seconds``: the time it took)."""
+    recorded there (with ``rules``: the canonical rules, ``seconds``: the time it took). ``workers``: processes
+    for a large store (:func:`_groups`)."""
     t0 = time.perf_counter()
     eq = store_equivalences(store, data, threshold)
     num_rules = 0
     for rec in store.triples.values():  # a triple without bodies has nothing to rank
         rec.ranked = []
-    for trows, found in _groups(store, store.rows(), eq, data):
+    for trows, found in _groups(store, store.rows(), eq, data, workers):
         rec = store.triples[trows[0].triple]
         rec.ranked = [
             RankedRule(

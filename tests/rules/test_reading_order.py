@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 
 from rules.reading_order import Training, grouped, record_order, recorded_equivalences, recorded_groups
 from rules.store import RuleStore
+from rules.workers import spawn_map
 
 
 def _store_and_training() -> tuple[RuleStore, Training]:
@@ -39,3 +43,23 @@ def test_recorded_order_reads_back_as_measured() -> None:
     assert recorded_equivalences(store, 0.95) == eq and recorded_equivalences(store, 0.9) is None
     again = RuleStore.from_json(store.to_json())
     assert recorded_groups(again, again.rows(), None) == measured
+
+
+def test_order_measured_in_worker_processes_equals_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``workers: 2`` measures the heads in worker processes once they hold MIN_PARALLEL_WORK (fact, rule) pairs
+    (here forced to 0): the same recorded order; below the threshold nothing is spawned."""
+    calls: list[int] = []
+
+    def counted(fn: Any, items: Any, workers: int, shared: Any) -> Any:
+        calls.append(len(items))
+        return spawn_map(fn, items, workers, shared)
+
+    monkeypatch.setattr("rules.reading_order.spawn_map", counted)
+    one, data = _store_and_training()
+    record_order(one, data, workers=2)
+    assert calls == []  # 2 heads, a few facts: one process
+    monkeypatch.setattr("rules.reading_order.MIN_PARALLEL_WORK", 0)
+    two, _ = _store_and_training()
+    record_order(two, data, workers=2)
+    assert calls == [2]
+    assert two.to_json() == one.to_json() and two.triples[(1, 0, 0)].ranked

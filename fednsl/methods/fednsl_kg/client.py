@@ -38,7 +38,7 @@ from rules.kg_mining import mine_chain_rule_support, rank_heads_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
-from rules.workers import spawn_map
+from rules.workers import MIN_PARALLEL_WORK, spawn_map
 
 logger = logging.getLogger(__name__)
 
@@ -384,12 +384,11 @@ class FedNSLKGClient(Client):
     def score(self, queries: torch.Tensor) -> torch.Tensor:
         """(B, E) scores of queries (B, 2): the federated predictor's, or the local one's for the query relations
         chosen on valid (:meth:`_select`)."""
-        out = self.predictor_checked.score(queries)
-        if self.use_local and self.local is not None:
-            rows = torch.from_numpy(np.isin(np.asarray(queries)[:, 1], sorted(self.use_local)))
-            if bool(rows.any()):
-                out[rows] = self.local.score(queries[rows])
-        return out
+        return self.scorer().score(queries)
+
+    def scorer(self) -> Scorer:
+        """What scores this client's queries, as one picklable object (evaluation workers receive it)."""
+        return Scorer(self.predictor_checked, self.local, frozenset(self.use_local))
 
     @handles("train")
     def train(self, msg: Message) -> Message:
@@ -533,9 +532,19 @@ class FedNSLKGClient(Client):
         self.predictor_checked  # noqa: B018 (raises before any train stage)
         if not len(self.part.test):
             return RankingMetrics()
+        scorer = self.scorer()
+        workers = self._predictor_config().workers
+        if workers > 1 and _test_work(self.part, scorer.predictor) >= MIN_PARALLEL_WORK:
+            # the relations' queries ranked in worker processes, the largest first; rank sums are exact integers,
+            # so their total equals the one-process ranking
+            test = self.part.test
+            counts = np.bincount(test[:, 1], minlength=self.R)
+            order = sorted(np.unique(test[:, 1]).tolist(), key=lambda r: (-int(counts[r]), r))
+            shared = (scorer, self.part, self.filter_index, self.cfg.eval_batch_size or None)
+            return sum(spawn_map(_rank_relation, order, workers, shared), RankingMetrics())
         with torch_threads(self.cfg.num_threads), torch.no_grad():
             return evaluate_link_prediction(
-                self.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
+                scorer.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
             )
 
     @handles("evaluate")
@@ -547,6 +556,45 @@ class FedNSLKGClient(Client):
             arrays={"rank_sums": encode_rank_sums(m)},
             metrics={"num_examples": len(self.part.test), "queries": m.count, "time_eval_s": time.perf_counter() - t0},
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+    """A client's scores: the federated predictor's, and the local predictor's for the query relations chosen on
+    valid (``use_local``, 0..2R-1)."""
+
+    predictor: RulePredictor
+    local: RulePredictor | None = None
+    use_local: frozenset[int] = frozenset()
+
+    def score(self, queries: torch.Tensor) -> torch.Tensor:
+        """(B, E) float32 scores of queries (B, 2) [entity, relation in 0..2R-1]."""
+        out = self.predictor.score(queries)
+        if self.use_local and self.local is not None:
+            rows = torch.from_numpy(np.isin(np.asarray(queries)[:, 1], sorted(self.use_local)))
+            if bool(rows.any()):
+                out[rows] = self.local.score(queries[rows])
+        return out
+
+
+def _test_work(part: KnowledgeGraph, predictor: RulePredictor) -> int:
+    """Test queries × their head's rules (bodies and rules with constants), both directions: the evaluation's
+    size on the scale of :data:`rules.workers.MIN_PARALLEL_WORK`."""
+    counts = np.bincount(part.test[:, 1], minlength=part.num_relations)
+    return sum(
+        int(n) * (predictor.num_rules(r) + predictor.num_rules(r + part.num_relations))
+        for r, n in enumerate(counts.tolist())
+        if n
+    )
+
+
+def _rank_relation(shared: tuple[Scorer, KnowledgeGraph, FilterIndex, int | None], relation: int) -> RankingMetrics:
+    """The filtered ranking of the test facts of one relation, head and tail queries (an evaluation worker's
+    item; module level so that it pickles)."""
+    scorer, part, index, batch_size = shared
+    triples = part.test[part.test[:, 1] == relation]
+    with torch.no_grad():
+        return evaluate_link_prediction(scorer.score, part, batch_size=batch_size, filter_with=index, triples=triples)
 
 
 def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ import copy
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
 from kg.linkpred import RankingMetrics
 from kg.triples import write_triples
+from rules.workers import spawn_map
 
 CONFIG = "configs/fednsl_kg_synthetic.yaml"
 SYNTH = {"num_families": 5}
@@ -472,6 +474,31 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     again = FedNSLKGClient("c0", client.part, client.cfg, client.filter_index)
     again.load_state_dict(client.state_dict())
     assert again.paths_choice == client.paths_choice and again.paths_choice["paths"] == chosen["paths"]
+
+
+def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``predictor.workers: 2`` and an evaluation of MIN_PARALLEL_WORK (query, rule) pairs or more, the test
+    relations are ranked in worker processes: the same exact rank sums as one process. A smaller one stays here."""
+    over = [
+        *FAST,
+        "rounds=1",
+        "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, constant_rules: 20, workers: 2}",
+    ]
+    client = train(load_config(CONFIG, over), tmp_path / "w", progress=False).federation.clients["c0"]
+    calls: list[int] = []
+
+    def counted(fn: Any, items: Any, workers: int, shared: Any) -> Any:
+        calls.append(workers)
+        return spawn_map(fn, items, workers, shared)
+
+    monkeypatch.setattr("fednsl.methods.fednsl_kg.client.spawn_map", counted)
+    one = client.ranking()
+    assert calls == []  # the embedded KG's evaluation is below the threshold
+    monkeypatch.setattr("fednsl.methods.fednsl_kg.client.MIN_PARALLEL_WORK", 0)
+    two = client.ranking()
+    assert calls == [2]
+    assert one.count == two.count == 2 * len(client.part.test) and one.sums == two.sums
+    assert one.compute()["mrr"] > 0.2
 
 
 # ------------------------------------------------------------------------------------------------ entity types
