@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 #: have their reverse in train), while an unrelated pair of relations matches almost never.
 IDENTITY_THRESHOLD = 0.6
 
-__all__ = ["FedNSLKGClient", "amie_counts", "mine_forward_rules", "one_per_identity", "type_signature_counts"]
+__all__ = ["FedNSLKGClient", "Scorer", "amie_counts", "mine_forward_rules", "one_per_identity", "type_signature_counts"]
 
 
 def mine_forward_rules(
