@@ -26,7 +26,7 @@ from kg.grounding.sparse import Paths, SparseGraph
 from rules.identity import Group, equivalences, group_rules
 from rules.marginal import Contribution, contributions
 from rules.store.records import RankedRule, RuleRow, Triple
-from rules.workers import MIN_PARALLEL_WORK, spawn_map
+from rules.workers import spawn_map, workers_pay
 
 if TYPE_CHECKING:
     from rules.store import RuleStore
@@ -158,10 +158,9 @@ def _measured(graph: SparseGraph, jobs: Mapping[Triple, _Job], workers: int) -> 
     """Every job measured, here or (``workers`` > 1 and enough (fact, rule) pairs) in worker processes, the
     largest first; each is seeded on its own, so both give the same result."""
     keys = list(jobs)
-    size = {k: min(len(jobs[k][2]), MAX_FACTS) * len(jobs[k][1]) for k in keys}
-    if workers > 1 and len(keys) > 1 and sum(size.values()) >= MIN_PARALLEL_WORK:
-        keys.sort(key=lambda k: -size[k])
-        return dict(zip(keys, spawn_map(_measure, [jobs[k] for k in keys], workers, graph), strict=True))
+    size = [min(len(jobs[k][2]), MAX_FACTS) * len(jobs[k][1]) for k in keys]
+    if workers_pay(size, workers):
+        return dict(zip(keys, spawn_map(_measure, [jobs[k] for k in keys], workers, graph, size), strict=True))
     return {k: _measure(graph, jobs[k]) for k in keys}
 
 

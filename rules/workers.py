@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["MIN_PARALLEL_WORK", "spawn_map"]
+__all__ = ["MIN_PARALLEL_WORK", "spawn_map", "workers_pay"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -39,10 +39,26 @@ def _call(task: tuple[Callable[[Any, Any], Any], Any]) -> Any:
     return fn(_SHARED["shared"], item)
 
 
-def spawn_map(fn: Callable[[S, T], R], items: Sequence[T], workers: int, shared: S) -> list[R]:
+def workers_pay(work: Sequence[int], workers: int) -> bool:
+    """Whether jobs of this ``work`` (one count per item, (query or fact, rule) pairs) are worth ``workers``
+    processes: more than one of each, and :data:`MIN_PARALLEL_WORK` pairs or more in all."""
+    return workers > 1 and len(work) > 1 and sum(work) >= MIN_PARALLEL_WORK
+
+
+def spawn_map(
+    fn: Callable[[S, T], R], items: Sequence[T], workers: int, shared: S, work: Sequence[int] | None = None
+) -> list[R]:
     """[fn(shared, item) for item in items], computed in ``workers`` spawned processes of one torch thread each,
-    which take the items in order as they become free. ``fn`` must be a module-level function; ``shared`` is
-    pickled once per process."""
+    which take the items as they become free: in order, or the largest ``work`` first (ties in order); the results
+    come back in item order either way. ``fn`` must be a module-level function; ``shared`` is pickled once per
+    process."""
+    order = list(range(len(items)))
+    if work is not None:
+        order.sort(key=lambda i: -work[i])
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, ctx, initializer=_init, initargs=(shared,)) as pool:
-        return list(pool.map(_call, [(fn, item) for item in items]))
+        done = list(pool.map(_call, [(fn, items[i]) for i in order]))
+    out: list[R] = [None] * len(items)  # type: ignore[list-item]
+    for i, r in zip(order, done, strict=True):
+        out[i] = r
+    return out

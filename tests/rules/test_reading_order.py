@@ -50,15 +50,15 @@ def test_order_measured_in_worker_processes_equals_one_process(monkeypatch: pyte
     (here forced to 0): the same recorded order; below the threshold nothing is spawned."""
     calls: list[int] = []
 
-    def counted(fn: Any, items: Any, workers: int, shared: Any) -> Any:
+    def counted(fn: Any, items: Any, workers: int, shared: Any, work: Any = None) -> Any:
         calls.append(len(items))
-        return spawn_map(fn, items, workers, shared)
+        return spawn_map(fn, items, workers, shared, work)
 
     monkeypatch.setattr("rules.reading_order.spawn_map", counted)
     one, data = _store_and_training()
     record_order(one, data, workers=2)
     assert calls == []  # 2 heads, a few facts: one process
-    monkeypatch.setattr("rules.reading_order.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("rules.workers.MIN_PARALLEL_WORK", 0)
     two, _ = _store_and_training()
     record_order(two, data, workers=2)
     assert calls == [2]

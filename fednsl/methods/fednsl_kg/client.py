@@ -38,7 +38,7 @@ from rules.kg_mining import mine_chain_rule_support, rank_heads_bodies
 from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
-from rules.workers import MIN_PARALLEL_WORK, spawn_map
+from rules.workers import spawn_map, workers_pay
 
 logger = logging.getLogger(__name__)
 
@@ -534,14 +534,12 @@ class FedNSLKGClient(Client):
             return RankingMetrics()
         scorer = self.scorer()
         workers = self._predictor_config().workers
-        if workers > 1 and _test_work(self.part, scorer.predictor) >= MIN_PARALLEL_WORK:
+        relations, work = _test_work(self.part, scorer.predictor)
+        if workers_pay(work, workers):
             # the relations' queries ranked in worker processes, the largest first; rank sums are exact integers,
             # so their total equals the one-process ranking
-            test = self.part.test
-            counts = np.bincount(test[:, 1], minlength=self.R)
-            order = sorted(np.unique(test[:, 1]).tolist(), key=lambda r: (-int(counts[r]), r))
             shared = (scorer, self.part, self.filter_index, self.cfg.eval_batch_size or None)
-            return sum(spawn_map(_rank_relation, order, workers, shared), RankingMetrics())
+            return sum(spawn_map(_rank_relation, relations, workers, shared, work), RankingMetrics())
         with torch_threads(self.cfg.num_threads), torch.no_grad():
             return evaluate_link_prediction(
                 scorer.score, self.part, "test", self.cfg.eval_batch_size or None, self.filter_index
@@ -577,15 +575,13 @@ class Scorer:
         return out
 
 
-def _test_work(part: KnowledgeGraph, predictor: RulePredictor) -> int:
-    """Test queries × their head's rules (bodies and rules with constants), both directions: the evaluation's
-    size on the scale of :data:`rules.workers.MIN_PARALLEL_WORK`."""
+def _test_work(part: KnowledgeGraph, predictor: RulePredictor) -> tuple[list[int], list[int]]:
+    """The test relations and, per relation, its test queries × its rules (bodies and rules with constants), both
+    directions: the evaluation's size on the scale of :data:`rules.workers.MIN_PARALLEL_WORK`."""
     counts = np.bincount(part.test[:, 1], minlength=part.num_relations)
-    return sum(
-        int(n) * (predictor.num_rules(r) + predictor.num_rules(r + part.num_relations))
-        for r, n in enumerate(counts.tolist())
-        if n
-    )
+    relations = [r for r, n in enumerate(counts.tolist()) if n]
+    work = [int(counts[r]) * (predictor.num_rules(r) + predictor.num_rules(r + part.num_relations)) for r in relations]
+    return relations, work
 
 
 def _rank_relation(shared: tuple[Scorer, KnowledgeGraph, FilterIndex, int | None], relation: int) -> RankingMetrics:

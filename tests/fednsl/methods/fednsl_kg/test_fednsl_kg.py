@@ -487,14 +487,14 @@ def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypa
     client = train(load_config(CONFIG, over), tmp_path / "w", progress=False).federation.clients["c0"]
     calls: list[int] = []
 
-    def counted(fn: Any, items: Any, workers: int, shared: Any) -> Any:
+    def counted(fn: Any, items: Any, workers: int, shared: Any, work: Any = None) -> Any:
         calls.append(workers)
-        return spawn_map(fn, items, workers, shared)
+        return spawn_map(fn, items, workers, shared, work)
 
     monkeypatch.setattr("fednsl.methods.fednsl_kg.client.spawn_map", counted)
     one = client.ranking()
     assert calls == []  # the embedded KG's evaluation is below the threshold
-    monkeypatch.setattr("fednsl.methods.fednsl_kg.client.MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr("rules.workers.MIN_PARALLEL_WORK", 0)
     two = client.ranking()
     assert calls == [2]
     assert one.count == two.count == 2 * len(client.part.test) and one.sums == two.sums
