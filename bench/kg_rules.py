@@ -44,7 +44,7 @@ from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from kg.linkpred import evaluate_link_prediction
 from rules.kg_mining import mine_chain_rules
-from rules.kg_predictor import PredictorConfig, RulePredictor
+from rules.kg_predictor import CHOICE_KEYS, PredictorConfig, RulePredictor
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -139,6 +139,8 @@ def run_once(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "valid_mrr_mean_over_heads": float(np.mean([h.get("best_valid_mrr", 0.0) for h in log["heads"].values()])),
         "valid_mrr": float(weighted),  # over valid queries: each head's early-stopping MRR weighted by its queries
         "config": log["config"],
+        # what paths or constants "auto" chose on valid, and the pooled valid MRR each way
+        **{k: log[k] for k in CHOICE_KEYS if k in log},
         **{f"test_{k}": v for k, v in metrics.items()},
     }
 

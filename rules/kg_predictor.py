@@ -58,6 +58,10 @@ __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciproca
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
 PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
+ConstantsChoice = Literal["fixed", "auto"]
+CONSTANTS_CHOICES: tuple[str, ...] = get_args(ConstantsChoice)
+#: what a fit's log holds of a paths or constants "auto" choice (RulePredictor._choose)
+CHOICE_KEYS = ("paths", "paths_valid_mrr", "constants", "constants_valid_mrr", "trials_valid_mrr")
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -103,6 +107,12 @@ class PredictorConfig:
     # the training facts on the grounding graph at fit time, each one more weighted rule: the best this many a head
     constant_rules: int = 0
     constant_min_support: int = 2
+    # "fixed": constant_rules a head, as given; "auto": every head is fitted without and with its constant_rules (> 0)
+    # rules with constants, and the predictor
+    # keeps, for all heads, the way with the better valid MRR over all heads' valid queries (without on a tie; twice
+    # the fitting time, four times with paths "auto", whose choice is made jointly). They help on FB15k-237 and
+    # lower the MRR on Kinship and UMLS (docs/methods/fednsl-kg.md, Rules with constants)
+    constants: ConstantsChoice = "fixed"
     # a learned prior over the candidate's relation types, added to b_q: s(e) += Σ_b u_qb · 1[e has a b-edge] (the
     # zero-length rules q(X, Y) <- b(Y, _), one weight per body relation b ∉ {q, q⁻¹}: those two would see the
     # query's own fact); it ranks type-compatible candidates that the per-entity bias has never seen as answers
@@ -272,6 +282,15 @@ class _HeadModel:
         return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
 
 
+#: one fit of a head under paths or constants "auto": its log, its model, its rules with constants (None: without)
+_Trial = tuple[dict[str, Any], _HeadModel, "ConstantRules | None"]
+
+
+def _label(paths: Paths, constants: bool) -> str:
+    """The name of one way a head is fitted under "auto": ``walks``, ``simple``, ``walks+constants``, ..."""
+    return f"{paths}+constants" if constants else paths
+
+
 class RulePredictor:
     """Scores (h, q, ?) queries from rule groundings with learned weights per (head relation, rule).
 
@@ -312,6 +331,12 @@ class RulePredictor:
             raise ValueError(f"smoothing must be in [0, 1], got {self.config.smoothing!r}")
         if self.config.paths not in PATHS_CHOICES:
             raise ValueError(f"paths must be one of {PATHS_CHOICES}, got {self.config.paths!r}")
+        if self.config.constants not in CONSTANTS_CHOICES:
+            raise ValueError(f"constants must be one of {CONSTANTS_CHOICES}, got {self.config.constants!r}")
+        if self.config.constants == "auto" and self.config.constant_rules < 1:
+            raise ValueError(
+                "constants 'auto' chooses whether to use rules with constants: it needs constant_rules > 0"
+            )
         self.num_entities = int(num_entities)
         self.num_relations = num_relations
         self.bodies: dict[int, list[Body]] = {}
@@ -322,7 +347,7 @@ class RulePredictor:
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None  # counting as counted_paths(config.paths)
         self._graphs: dict[str, SparseGraph] = {}  # by paths: the graph, and for "auto" its walks twin
-        self._trials: dict[int, dict[str, tuple[dict[str, Any], _HeadModel]]] = {}  # "auto": both fits of a head
+        self._trials: dict[int, dict[str, _Trial]] = {}  # paths or constants "auto": a head's fits, by _label
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -669,19 +694,19 @@ class RulePredictor:
             done = dict(zip(order, spawn_map(_worker_fit, order, cfg.workers, (self, job))))
             for q in todo:
                 log["heads"][q], self.models[q], constants, trials = done[q]
-                if constants is not None:
-                    self.constants[q] = constants
                 if trials is not None:
-                    self._trials[q] = trials
+                    self._trials[q] = trials  # each holds its own rules with constants (_choose)
+                elif constants is not None:
+                    self.constants[q] = constants
         else:
             for q in todo:
                 log["heads"][q] = self._fit_head(q, *job)
+        if len(self._variants()) > 1:
+            log.update(self._choose(todo, log["heads"]))
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         if cfg.nonredundant:
             log["nonredundant_heads"] = sum(1 for q in todo if self.models[q].nonredundant is not None)
-        if cfg.paths == "auto":
-            log["paths"], log["paths_valid_mrr"] = self._choose_paths(todo, log["heads"])
         log["seconds"] = time.perf_counter() - t0
         if valid_fn is not None:
             log["valid"] = valid_fn(self)
@@ -697,12 +722,14 @@ class RulePredictor:
         epochs: int,
         seed: int,
     ) -> dict[str, Any]:
-        """Mine head q's rules with constants (``constant_rules``), then fit its model (for ``paths: auto`` once on
-        simple paths and once on walks: :meth:`fit` keeps one way for all heads); returns the head's log."""
+        """Mine head q's rules with constants (``constant_rules``), then fit its model (for paths or constants
+        "auto" once each way, :meth:`_variants`: :meth:`fit` keeps one way for all heads); returns the head's log
+        (the first way's under "auto")."""
         cfg = self.config
+        mined = None
         if cfg.constant_rules > 0:
             assert self.graph is not None
-            self.constants[q] = mine_constant_rules(
+            mined = self.constants[q] = mine_constant_rules(
                 self.graph,
                 q,
                 train_dir[train_dir[:, 1] == q][:, [0, 2]],
@@ -711,30 +738,64 @@ class RulePredictor:
                 seed=seed,
             )
         job: _FitJob = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
-        if cfg.paths != "auto":
-            return self._fit_head_on(q, cfg.paths, job)
-        trials = {paths: (self._fit_head_on(q, paths, job), self.models[q]) for paths in ("simple", "walks")}
-        self._trials[q] = trials  # fit() keeps one of the two for every head (_choose_paths)
-        return trials["simple"][0]
+        variants = self._variants()
+        if len(variants) == 1:
+            return self._fit_head_on(q, variants[0][0], job)
+        trials: dict[str, _Trial] = {}
+        for paths, constants in variants:
+            if constants and mined is not None:
+                self.constants[q] = mined
+            else:
+                self.constants.pop(q, None)
+            trials[_label(paths, constants)] = (self._fit_head_on(q, paths, job), self.models[q], self.constants.get(q))
+        self._trials[q] = trials  # fit() keeps one of them for every head (_choose)
+        return trials[_label(*variants[0])][0]
 
-    def _choose_paths(self, heads: Sequence[int], logs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, float]]:
-        """For ``paths: auto``: the way (simple or walks) with the better valid MRR over all heads' valid queries
-        (simple on a tie); every head keeps its fit of that way, and its log its valid MRR both ways."""
-        total = {"simple": 0.0, "walks": 0.0}
+    def _variants(self) -> list[tuple[Paths, bool]]:
+        """The ways every head is fitted, (paths, with rules with constants), in order of preference on a tie: both
+        paths under paths "auto" (simple first), without and with constants under constants "auto"."""
+        cfg = self.config
+        ways: tuple[Paths, ...] = ("simple", "walks") if cfg.paths == "auto" else (counted_paths(cfg.paths),)
+        constants = (False, True) if cfg.constants == "auto" else (cfg.constant_rules > 0,)
+        return [(paths, c) for c in constants for paths in ways]
+
+    def _choose(self, heads: Sequence[int], logs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """For paths or constants "auto": the way (:meth:`_variants`) with the better valid MRR pooled over all heads'
+        valid queries (the first in :meth:`_variants` on a tie); every head keeps its fit of that way, and its log
+        its valid MRR every way. Returns the fit log's entries: ``trials_valid_mrr`` (pooled, by :func:`_label`),
+        and for paths "auto" ``paths`` and ``paths_valid_mrr``, for constants "auto" ``constants`` ("on"/"off") and
+        ``constants_valid_mrr``, each pooled at the other choice."""
+        variants = self._variants()
+        total = dict.fromkeys((_label(*v) for v in variants), 0.0)
         n = 0
         for q in heads:
             trials = self._trials[q]
-            k = int(trials["simple"][0].get("valid_queries", 0))
+            k = int(trials[_label(*variants[0])][0].get("valid_queries", 0))
             n += k
-            for paths, (head_log, _) in trials.items():
-                total[paths] += k * max(float(head_log.get("best_valid_mrr", 0.0)), 0.0)
-        pooled = {p: v / max(n, 1) for p, v in total.items()}
-        chosen = max(pooled, key=lambda p: pooled[p])  # the first best: simple on a tie
+            for label, (head_log, _, _) in trials.items():
+                total[label] += k * max(float(head_log.get("best_valid_mrr", 0.0)), 0.0)
+        pooled = {label: v / max(n, 1) for label, v in total.items()}
+        paths, constants = max(variants, key=lambda v: pooled[_label(*v)])  # the first best on a tie
+        chosen = _label(paths, constants)
         for q in heads:
             trials = self._trials.pop(q)
-            head_log, self.models[q] = trials[chosen]
-            logs[q] = {**head_log, "paths_valid_mrr": {p: t[0].get("best_valid_mrr", -1.0) for p, t in trials.items()}}
-        return chosen, pooled
+            head_log, self.models[q], rules = trials[chosen]
+            if rules is not None:
+                self.constants[q] = rules
+            else:
+                self.constants.pop(q, None)
+            by_way = {label: t[0].get("best_valid_mrr", -1.0) for label, t in trials.items()}
+            logs[q] = {**head_log, "trials_valid_mrr": by_way}
+            if self.config.paths == "auto":
+                logs[q]["paths_valid_mrr"] = {p: by_way[_label(p, constants)] for p in ("simple", "walks")}
+        out: dict[str, Any] = {"trials_valid_mrr": pooled}
+        if self.config.paths == "auto":
+            out["paths"] = paths
+            out["paths_valid_mrr"] = {p: pooled[_label(p, constants)] for p in ("simple", "walks")}
+        if self.config.constants == "auto":
+            out["constants"] = "on" if constants else "off"
+            out["constants_valid_mrr"] = {k: pooled[_label(paths, c)] for k, c in (("off", False), ("on", True))}
+        return out
 
     def _fit_head_on(self, q: int, paths: Paths, job: _FitJob) -> dict[str, Any]:
         """Fit head q's model with its bodies grounded as ``paths``; returns the head's log."""
@@ -1056,9 +1117,9 @@ class RulePredictor:
 
 def _worker_fit(
     shared: tuple[RulePredictor, tuple[Any, ...]], q: int
-) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None, dict[str, tuple[dict[str, Any], _HeadModel]] | None]:
+) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None, dict[str, _Trial] | None]:
     """Fit head q in a worker (``shared``: its copy of the predictor and the fit's arguments): its log, its fitted
-    model, its rules with constants and (``paths: auto``) both fits."""
+    model, its rules with constants and (paths or constants "auto") its fits every way."""
     predictor, job = shared
     head_log = predictor._fit_head(q, *job)
     model = predictor.models.pop(q)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -653,3 +654,50 @@ def test_early_stopping_ranks_valid_with_the_given_filter(splits: tuple[str, ...
     heads = [h for h in log["heads"].values() if h.get("valid_queries")]
     pooled = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(h["valid_queries"] for h in heads)
     assert pooled == pytest.approx(evaluate_link_prediction(p.score, kg, "valid", filter_with=known).compute()["mrr"])
+
+
+@pytest.mark.parametrize("paths", ["walks", "auto"])
+def test_auto_constants_keep_the_way_with_the_better_pooled_valid_mrr(paths: str) -> None:
+    """constants="auto" fits every head without and with its rules with constants and keeps, for all heads, the
+    way whose valid MRR pooled over the heads' valid queries is higher (without on a tie), jointly with paths
+    "auto": the pooled MRRs equal those of the one-way fits, and the scores equal the chosen one-way fit's."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=8, seed=0)
+    base = PredictorConfig(epochs=10, eval_every=5, constant_rules=30)
+    ways = ["simple", "walks"] if paths == "auto" else [paths]
+    pooled, fits = {}, {}
+    for k, suffix in ((0, ""), (30, "+constants")):  # the predictor's order of preference on a tie
+        for way in ways:
+            name = way + suffix
+            p = RulePredictor(bodies, E, num_relations=R, config=replace(base, paths=way, constant_rules=k))
+            fits[name] = (p, p.fit(kg.train, kg.train, valid_triples=kg.valid))
+            heads = [h for h in fits[name][1]["heads"].values() if h.get("valid_queries")]
+            pooled[name] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(
+                h["valid_queries"] for h in heads
+            )
+    auto = RulePredictor(bodies, E, num_relations=R, config=replace(base, paths=paths, constants="auto"))
+    log = auto.fit(kg.train, kg.train, valid_triples=kg.valid)
+    assert log["trials_valid_mrr"] == pytest.approx(pooled)
+    want = max(pooled, key=pooled.__getitem__)  # dict order: without constants first, simple first
+    assert log["constants"] == ("on" if want.endswith("+constants") else "off")
+    way = want.split("+")[0]
+    assert log["constants_valid_mrr"] == pytest.approx({"off": pooled[way], "on": pooled[f"{way}+constants"]})
+    if paths == "auto":
+        assert log["paths"] == way
+    assert (log["constant_rules"] > 0) == want.endswith("+constants")
+    chosen = fits[want][0]
+    assert {q: auto.num_rules(q) for q in auto.bodies} == {q: chosen.num_rules(q) for q in auto.bodies}
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    torch.testing.assert_close(auto.score(queries), chosen.score(queries))
+
+
+def test_auto_constants_need_constant_rules() -> None:
+    with pytest.raises(ValueError, match="needs constant_rules > 0"):
+        RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(constants="auto"))
+    with pytest.raises(ValueError, match="constants must be one of"):
+        RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(constants="on", constant_rules=5))  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
 from rules.identity import canonical_body, equivalences
 from rules.kg_mining import mine_chain_rule_support, rank_heads_bodies
-from rules.kg_predictor import PredictorConfig, RulePredictor, counted_paths
+from rules.kg_predictor import CHOICE_KEYS, PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
 from rules.posterior import posterior_from_scores
 from rules.workers import spawn_map, workers_pay
@@ -186,9 +186,10 @@ class FedNSLKGClient(Client):
         self._graph: SparseGraph | None = None
         self.mined: dict[int, list[tuple[int, ...]]] = {}  # round-1 bodies per forward head, best supported first
         self._local_log: dict[str, Any] | None = None
-        # ``predictor.paths: auto``: the way the first fit chose on valid and its valid MRR both ways; later fits
-        # ground that way alone (the graph is the same every round, so is the choice)
-        self.paths_choice: dict[str, Any] | None = None
+        # ``predictor.paths`` or ``constants: auto``: what the first fit chose on valid (``paths``, ``constants``)
+        # and the pooled valid MRR each way; later fits use that alone (the graph is the same every round, so is
+        # the choice)
+        self.valid_choice: dict[str, Any] | None = None
         present = np.concatenate([part.train[:, 1], part.valid[:, 1], part.test[:, 1]])
         self.relations = np.unique(present)  # forward heads this client asks queries of
         self.train_counts = np.bincount(part.train[:, 1], minlength=self.R).astype(np.int64)
@@ -284,8 +285,7 @@ class FedNSLKGClient(Client):
                 self._add_own(rule_sets, r)
         given = bool(weights or types)
         pcfg = self._predictor_config(eval_init=given)
-        if pcfg.paths == "auto" and self.paths_choice is not None:
-            pcfg = dataclasses.replace(pcfg, paths=self.paths_choice["paths"])
+        pcfg = self._chosen(pcfg)
         self.predictor = RulePredictor(
             rule_sets,
             self.E,
@@ -313,11 +313,22 @@ class FedNSLKGClient(Client):
             )
             if self.cfg.select_on_valid != "off" and valid is not None:
                 fit_log.update(self._select(fit_log, seed))
-        if "paths" in fit_log:
-            self.paths_choice = {"paths": fit_log["paths"], "paths_valid_mrr": dict(fit_log["paths_valid_mrr"])}
-        elif self.paths_choice is not None:
-            fit_log.update(self.paths_choice, paths_kept=True)
+        if "trials_valid_mrr" in fit_log:
+            self.valid_choice = {k: fit_log[k] for k in CHOICE_KEYS if k in fit_log}
+        elif self.valid_choice is not None:
+            fit_log.update(self.valid_choice, choice_kept=True)
         return fit_log
+
+    def _chosen(self, pcfg: PredictorConfig) -> PredictorConfig:
+        """``pcfg`` with its "auto" paths and constants fixed to what the first fit chose on valid (as given when
+        nothing was chosen yet)."""
+        choice = self.valid_choice or {}
+        if pcfg.paths == "auto" and "paths" in choice:
+            pcfg = dataclasses.replace(pcfg, paths=choice["paths"])
+        if pcfg.constants == "auto" and "constants" in choice:
+            keep = pcfg.constant_rules if choice["constants"] == "on" else 0
+            pcfg = dataclasses.replace(pcfg, constants="fixed", constant_rules=keep)
+        return pcfg
 
     def _predictor_config(self, **defaults: Any) -> PredictorConfig:
         """``method_kwargs.predictor`` over ``defaults``, with the method's aggregator."""
@@ -455,6 +466,8 @@ class FedNSLKGClient(Client):
             metrics["heads_with_valid"] = float(_heads_with_valid(log))
         if "paths" in log:  # predictor.paths auto: 1 when the valid MRR chose simple paths over walks
             metrics["simple_paths"] = float(log["paths"] == "simple")
+        if "constants" in log:  # predictor.constants auto: 1 when the valid MRR chose rules with constants
+            metrics["constant_rules_on"] = float(log["constants"] == "on")
         chosen = _choices_on_valid(log)
         if chosen:
             logger.info("%s: chosen on valid: %s", self.cid, "; ".join(chosen))
@@ -509,13 +522,13 @@ class FedNSLKGClient(Client):
 
     def state_dict(self) -> dict[str, Any]:
         """The round-1 mined bodies (kept beside the server's proposals in later rounds), the seed of the local
-        predictor (``select_on_valid``) and the grounding chosen on valid (``paths: auto``), so a resumed run
-        refits alike."""
+        predictor (``select_on_valid``) and what the first fit chose on valid (``paths``, ``constants: auto``), so
+        a resumed run refits alike."""
         state = {"mined": json.dumps([[r, [list(b) for b in bs]] for r, bs in sorted(self.mined.items())])}
         if self.local_seed is not None:
             state["local_seed"] = str(self.local_seed)
-        if self.paths_choice is not None:
-            state["paths_choice"] = json.dumps(self.paths_choice, allow_nan=False)
+        if self.valid_choice is not None:
+            state["valid_choice"] = json.dumps(self.valid_choice, allow_nan=False)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -523,8 +536,9 @@ class FedNSLKGClient(Client):
             self.mined = {int(r): [tuple(b) for b in bs] for r, bs in json.loads(state["mined"])}
         if "local_seed" in state:
             self.local_seed = int(state["local_seed"])
-        if "paths_choice" in state:
-            self.paths_choice = json.loads(state["paths_choice"])
+        for key in ("valid_choice", "paths_choice"):  # (runs before 29 Nov saved the paths alone as paths_choice)
+            if key in state:
+                self.valid_choice = json.loads(state[key])
 
     # -- evaluation ------------------------------------------------------------------------------------------
     def ranking(self) -> RankingMetrics:
@@ -594,13 +608,14 @@ def _rank_relation(shared: tuple[Scorer, KnowledgeGraph, FilterIndex, int | None
 
 
 def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
-    """What the predictor chose on the valid split, one phrase each (paths: auto, in this fit or kept from the
-    client's first; the heads that took the non-redundant noisy-OR)."""
+    """What the predictor chose on the valid split, one phrase each (paths and constants: auto, in this fit or
+    kept from the client's first; the heads that took the non-redundant noisy-OR)."""
     out = []
-    if "paths" in fit_log:
-        both = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get("paths_valid_mrr", {}).items())
-        kept = ", kept from the first fit" if fit_log.get("paths_kept") else ""
-        out.append(f"paths {fit_log['paths']}{kept} (valid MRR {both})")
+    kept = ", kept from the first fit" if fit_log.get("choice_kept") else ""
+    for key, name in (("paths", "paths"), ("constants", "rules with constants")):
+        if key in fit_log:
+            each = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get(f"{key}_valid_mrr", {}).items())
+            out.append(f"{name} {fit_log[key]}{kept} (valid MRR {each})")
     if "nonredundant_heads" in fit_log:
         out.append(
             f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {_heads_with_valid(fit_log)} heads with "

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from fednsl.config import REPO_ROOT
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_mining import RANK_BY
-from rules.kg_predictor import PATHS_CHOICES, PredictorConfig
+from rules.kg_predictor import CONSTANTS_CHOICES, PATHS_CHOICES, PredictorConfig
 
 __all__ = [
     "KG_GENERATOR_DEFAULTS",
@@ -171,6 +171,16 @@ class FedNSLKGConfig:
         paths = self.predictor.get("paths", PredictorConfig.paths)
         if paths not in PATHS_CHOICES:
             raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {PATHS_CHOICES}")
+        constants = self.predictor.get("constants", PredictorConfig.constants)
+        if constants not in CONSTANTS_CHOICES:
+            raise ValueError(
+                f"method_kwargs.predictor (fednsl-kg): constants={constants!r}; expected one of {CONSTANTS_CHOICES}"
+            )
+        if constants == "auto" and not int(self.predictor.get("constant_rules", 0)) > 0:
+            raise ValueError(
+                "method_kwargs.predictor (fednsl-kg): constants='auto' chooses whether to use rules with constants; "
+                "set constant_rules > 0 (how many a head)"
+            )
 
     @property
     def gen(self) -> GeneratorOptions:

@@ -114,6 +114,7 @@ TRAIN_METRICS = (
     "heads_nonredundant",
     "heads_with_valid",
     "simple_paths",
+    "constant_rules_on",
     "time_fit_s",
     "time_counts_s",
 )

@@ -62,15 +62,17 @@ log = logging.getLogger("fednsl.methods.fednsl_kg")
 
 
 #: the train-reply metrics that say what a client's fit chose on its valid split
-CHOSEN_METRICS = ("simple_paths", "heads_nonredundant", "heads_with_valid")
+CHOSEN_METRICS = ("simple_paths", "constant_rules_on", "heads_nonredundant", "heads_with_valid")
 
 
 def _described(got: Mapping[str, float]) -> dict[str, Any]:
-    """A client's CHOSEN_METRICS as summary.json shows them: the paths chosen, the heads that took the
-    non-redundant noisy-OR of those with valid queries."""
+    """A client's CHOSEN_METRICS as summary.json shows them: the paths chosen, whether rules with constants were
+    chosen, the heads that took the non-redundant noisy-OR of those with valid queries."""
     out: dict[str, Any] = {}
     if "simple_paths" in got:
         out["paths"] = "simple" if got["simple_paths"] else "walks"
+    if "constant_rules_on" in got:
+        out["constant_rules"] = "on" if got["constant_rules_on"] else "off"
     if "heads_nonredundant" in got:
         out["nonredundant_heads"] = int(got["heads_nonredundant"])
         out["heads_with_valid_queries"] = int(got.get("heads_with_valid", 0))

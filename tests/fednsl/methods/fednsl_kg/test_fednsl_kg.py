@@ -279,6 +279,10 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.no_such=1"]))
     with pytest.raises(ValueError, match="paths='trails'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.paths=trails"]))
+    with pytest.raises(ValueError, match="constants=False"):  # YAML reads off as false
+        build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=off"]))
+    with pytest.raises(ValueError, match="set constant_rules > 0"):
+        build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=auto"]))
     with pytest.raises(ValueError, match="valid_filter='test'"):
         build_federation(load_config(CONFIG, ["method_kwargs.valid_filter=test"]))
     with pytest.raises(ValueError, match=r"mining.*unknown option\(s\) sample_per_relation"):
@@ -444,13 +448,15 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
 
 
 def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
-    """predictor.paths auto and the non-redundant noisy-OR end to end: the client reports whether its valid MRR
-    chose simple paths and how many heads took NR, in metrics.jsonl, the run log and summary.json. The paths are
-    chosen in the first round's fit and kept after it (the second fit grounds that way alone), resumed alike."""
+    """predictor.paths and constants auto and the non-redundant noisy-OR end to end: the client reports whether
+    its valid MRR chose simple paths and rules with constants and how many heads took NR, in metrics.jsonl, the run
+    log and summary.json. Paths and constants are chosen in the first round's fit and kept after it (the second fit
+    grounds one way alone, with or without constants), resumed alike."""
     over = [
         *FAST,
         "rounds=2",
-        "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, nonredundant: true}",
+        "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, nonredundant: true, "
+        "constants: auto, constant_rules: 20}",
     ]
     out = tmp_path / "auto"
     result = train(load_config(CONFIG, over), out, progress=False)
@@ -461,6 +467,8 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert simple and set(simple) <= {0.0, 1.0}
     took = [v for row in rows for k, v in row.items() if k.endswith("heads_nonredundant")]
     assert took
+    constants = [v for row in rows for k, v in row.items() if k.endswith("constant_rules_on")]
+    assert constants and set(constants) <= {0.0, 1.0} and constants[0] == constants[-1]
     line = [x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x][-1]  # round 2's
     assert "c0: chosen on valid: paths " in line and f"non-redundant noisy-OR on {int(took[-1])} of " in line
     # and in summary.json, as the run log says it
@@ -469,11 +477,17 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert chosen["nonredundant_heads"] == int(took[-1])
     assert f"of {chosen['heads_with_valid_queries']} heads with valid queries" in line
     assert f"paths {chosen['paths']}, kept from the first fit (valid MRR " in line
+    assert chosen["constant_rules"] == ("on" if constants[-1] else "off")
+    assert f"rules with constants {chosen['constant_rules']}, kept from the first fit (valid MRR off " in line
     client = result.federation.clients["c0"]
-    assert client.predictor.config.paths == chosen["paths"]  # the second fit grounded one way
+    pcfg = client.predictor.config
+    assert pcfg.paths == chosen["paths"]  # the second fit grounded one way, with or without constants
+    assert pcfg.constants == "fixed" and pcfg.constant_rules == (20 if constants[-1] else 0)
     again = FedNSLKGClient("c0", client.part, client.cfg, client.filter_index)
     again.load_state_dict(client.state_dict())
-    assert again.paths_choice == client.paths_choice and again.paths_choice["paths"] == chosen["paths"]
+    assert again.valid_choice == client.valid_choice and again.valid_choice is not None
+    assert again.valid_choice["paths"] == chosen["paths"]
+    assert again.valid_choice["constants"] == chosen["constant_rules"]
 
 
 def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
