@@ -108,10 +108,9 @@ class PredictorConfig:
     constant_rules: int = 0
     constant_min_support: int = 2
     # "fixed": constant_rules a head, as given; "auto": every head is fitted without and with its constant_rules (> 0)
-    # rules with constants, and the predictor
-    # keeps, for all heads, the way with the better valid MRR over all heads' valid queries (without on a tie; twice
-    # the fitting time, four times with paths "auto", whose choice is made jointly). They help on FB15k-237 and
-    # lower the MRR on Kinship and UMLS (docs/methods/fednsl-kg.md, Rules with constants)
+    # rules with constants, and the predictor keeps, for all heads, the way with the better valid MRR over all
+    # heads' valid queries (without on a tie; twice the fitting time, four times with paths "auto", chosen jointly).
+    # They help on FB15k-237 and lower the MRR on Kinship and UMLS (docs/methods/fednsl-kg.md, Rules with constants)
     constants: ConstantsChoice = "fixed"
     # a learned prior over the candidate's relation types, added to b_q: s(e) += Σ_b u_qb · 1[e has a b-edge] (the
     # zero-length rules q(X, Y) <- b(Y, _), one weight per body relation b ∉ {q, q⁻¹}: those two would see the
