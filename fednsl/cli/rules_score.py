@@ -54,6 +54,22 @@ def _bad_input(message: str) -> None:
     help="Ground bodies as walks (an entity may repeat), simple paths (AnyBURL's and AMIE's object identity), or "
     "auto: every head fitted both ways, the way with the better valid MRR over all heads kept.",
 )
+@click.option(
+    "--constant-rules",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Add K rules with constants a head, mined from the KG's train split (q(X, c) <- b(X, d) and q(X, c) <- "
+    "b(X, _)), beside the file's rules.",
+)
+@click.option(
+    "--constants",
+    type=click.Choice(["fixed", "auto"]),  # rules.kg_predictor.ConstantsChoice
+    default="fixed",
+    show_default=True,
+    help="fixed: use the --constant-rules as given; auto: fit every head with and without them and keep the way with "
+    "the better valid MRR over all heads (needs --constant-rules > 0).",
+)
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Use each head's first K rules (file order).")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Predictor epochs per head.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the predictor's training.")
@@ -66,6 +82,8 @@ def score(
     split: str,
     aggregator: str,
     paths: str,
+    constant_rules: int,
+    constants: str,
     top: int | None,
     epochs: int | None,
     seed: int,
@@ -73,6 +91,8 @@ def score(
 ) -> None:
     """Fit rule weights on the KG's train split (early-stopped on valid) and report filtered MRR, MR, Hits@1/3/10
     (ties by expectation; pessimistic beside) on --split, so rule files of different tools meet one protocol."""
+    if constants == "auto" and constant_rules == 0:
+        raise click.UsageError("--constants auto chooses whether to add rules with constants: give --constant-rules K")
     from fednsl.methods.fednsl_kg.config import resolve_source
     from fednsl.methods.fednsl_kg.scoring import score_rules
     from kg.kg_sources import load_kg
@@ -114,7 +134,12 @@ def score(
         _bad_input(str(err))
     if not rules:
         _bad_input(f"{rule_file}: no rules read")
-    predictor: dict[str, object] = {"paths": paths, **({"epochs": epochs} if epochs else {})}
+    predictor: dict[str, object] = {
+        "paths": paths,
+        "constant_rules": constant_rules,
+        "constants": constants,
+        **({"epochs": epochs} if epochs else {}),
+    }
     metrics, log = score_rules(rules, kg, aggregator=aggregator, split=split, predictor=predictor, seed=seed, top=top)
     m = metrics.compute()
     out = {
@@ -124,6 +149,7 @@ def score(
         "format": fmt,
         "aggregator": aggregator,
         "paths": paths,
+        "constants": constants,
         **log,
         **{k: m[k] for k in ("mrr", "mr", "hits@1", "hits@3", "hits@10", "mrr_pessimistic")},
         "queries": int(m["count"]),
@@ -134,7 +160,11 @@ def score(
     click.echo(
         f"{kg.name} {split}: {out['rules']} rules over {out['heads']} head relations, "
         f"{out['queries']} queries (filtered, ties by expectation), bodies grounded as {out['grounded_on']}"
+        + (f", {out['constant_rules']} rules with constants" if constant_rules else "")
     )
+    if "constants_chosen" in out:
+        each = " / ".join(f"{k} {v:.4f}" for k, v in out["constants_valid_mrr"].items())
+        click.echo(f"  rules with constants {out['constants_chosen']}, chosen on valid (valid MRR {each})")
     click.echo(
         f"  MRR {m['mrr']:.4f}  MR {m['mr']:.1f}  Hits@1 {m['hits@1']:.4f}  Hits@3 {m['hits@3']:.4f}  "
         f"Hits@10 {m['hits@10']:.4f}  (pessimistic MRR {m['mrr_pessimistic']:.4f})"

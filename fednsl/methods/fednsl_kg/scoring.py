@@ -68,6 +68,13 @@ def score_rules(
         "rules": sum(len(b) for h, b in rule_sets.items() if h < R),
         "heads": sum(h < R for h in rule_sets),
         "grounded_on": fit.get("paths", cfg.paths),  # walks or simple (for paths auto: the choice on valid)
+        "constant_rules": int(fit.get("constant_rules", 0)),  # those kept (for constants auto: 0 when not chosen)
+        # constants auto: "on" or "off", and the valid MRR pooled over all heads each way
+        **{
+            f"constants_{k}": fit[key]
+            for k, key in (("chosen", "constants"), ("valid_mrr", "constants_valid_mrr"))
+            if key in fit
+        },
         "fit_s": t1 - t0,
         "eval_s": time.perf_counter() - t1,
     }

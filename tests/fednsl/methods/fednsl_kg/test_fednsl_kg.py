@@ -166,6 +166,18 @@ def test_export_anyburl_and_amie_with_real_counts(central: Path, tmp_path: Path)
         other = json.loads(_invoke(["rules", "score", str(tmp_path / "rules.txt"), "--kg", str(tmp_path / "kg"),
                                     "--format", "anyburl", "--top", "3", "--epochs", "5", "--paths", paths, "--json"]))
         assert other["paths"] == paths and other["grounded_on"] in grounded and 0 < other["mrr"] <= 1
+    # rules with constants beside the file's, as given or chosen on valid (the choice and its valid MRRs reported)
+    base = [str(tmp_path / "rules.txt"), "--kg", str(tmp_path / "kg"), "--format", "anyburl", "--top", "3",
+            "--epochs", "5", "--constant-rules", "20"]
+    fixed = json.loads(_invoke(["rules", "score", *base, "--json"]))
+    assert fixed["constants"] == "fixed" and fixed["constant_rules"] > 0 and "constants_chosen" not in fixed
+    auto = json.loads(_invoke(["rules", "score", *base, "--constants", "auto", "--json"]))
+    assert auto["constants_chosen"] in ("on", "off") and set(auto["constants_valid_mrr"]) == {"off", "on"}
+    assert auto["constant_rules"] == (fixed["constant_rules"] if auto["constants_chosen"] == "on" else 0)
+    same = fixed if auto["constants_chosen"] == "on" else scored
+    assert auto["mrr"] == same["mrr"]  # the chosen way's fit, to the bit
+    text = _invoke(["rules", "score", *base, "--constants", "auto"])
+    assert f"rules with constants {auto['constants_chosen']}, chosen on valid (valid MRR off " in text
     # the same rules written as AMIE TSV and as RNNLogic integer rules (with its relations.dict) score identically
     (tmp_path / "rules.amie").write_text(amie)
     (tmp_path / "rules.rnnlogic").write_text(_invoke(["rules", "export", str(central), "--format", "rnnlogic"]))
@@ -181,6 +193,9 @@ def test_rules_score_bad_input_exits_2(tmp_path: Path) -> None:
     (tmp_path / "bad.txt").write_text("no_such_relation(X,Y) <= parent_of(X,Y)\n")
     res = CliRunner().invoke(cli, ["rules", "score", str(tmp_path / "bad.txt"), "--kg", "synthetic", "--format", "anyburl"])
     assert res.exit_code == 2 and "no_such_relation" in res.output
+    res = CliRunner().invoke(cli, ["rules", "score", str(tmp_path / "bad.txt"), "--kg", "synthetic", "--format",
+                                   "anyburl", "--constants", "auto"])
+    assert res.exit_code == 2 and "--constant-rules" in res.output
 
 
 def test_federated_aggregate_equals_merged_client_sums(federated) -> None:
