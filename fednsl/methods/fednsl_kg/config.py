@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
+from fednsl.option_types import check_option_types
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_mining import RANK_BY
 from rules.kg_predictor import CONSTANTS_CHOICES, PATHS_CHOICES, PredictorConfig
@@ -168,6 +169,7 @@ class FedNSLKGConfig:
                 f"method_kwargs.predictor (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
                 f"expected some of {', '.join(sorted(known))}"
             )
+        check_option_types(PredictorConfig, self.predictor, "method_kwargs.predictor (fednsl-kg)")
         paths = self.predictor.get("paths", PredictorConfig.paths)
         if paths not in PATHS_CHOICES:
             raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {PATHS_CHOICES}")
@@ -176,7 +178,7 @@ class FedNSLKGConfig:
             raise ValueError(
                 f"method_kwargs.predictor (fednsl-kg): constants={constants!r}; expected one of {CONSTANTS_CHOICES}"
             )
-        if constants == "auto" and not int(self.predictor.get("constant_rules", 0)) > 0:
+        if constants == "auto" and not self.predictor.get("constant_rules", 0) > 0:
             raise ValueError(
                 "method_kwargs.predictor (fednsl-kg): constants='auto' chooses whether to use rules with constants; "
                 "set constant_rules > 0 (how many a head)"

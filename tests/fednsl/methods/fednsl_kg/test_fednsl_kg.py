@@ -298,6 +298,8 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=off"]))
     with pytest.raises(ValueError, match="set constant_rules > 0"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=auto"]))
+    with pytest.raises(ValueError, match=r"predictor \(fednsl-kg\): constant_rules must be an integer, got 'abc'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.predictor.constant_rules=abc"]))
     with pytest.raises(ValueError, match="valid_filter='test'"):
         build_federation(load_config(CONFIG, ["method_kwargs.valid_filter=test"]))
     with pytest.raises(ValueError, match=r"mining.*unknown option\(s\) sample_per_relation"):
