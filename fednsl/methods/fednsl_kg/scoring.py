@@ -70,11 +70,11 @@ def score_rules(
         "grounded_on": fit.get("paths", cfg.paths),  # walks or simple (for paths auto: the choice on valid)
         "constant_rules": int(fit.get("constant_rules", 0)),  # those kept (for constants auto: 0 when not chosen)
         # constants auto: "on" or "off", and the valid MRR pooled over all heads each way
-        **{
-            f"constants_{k}": fit[key]
-            for k, key in (("chosen", "constants"), ("valid_mrr", "constants_valid_mrr"))
-            if key in fit
-        },
+        **(
+            {"constants_chosen": fit["constants"], "constants_valid_mrr": fit["constants_valid_mrr"]}
+            if "constants" in fit
+            else {}
+        ),
         "fit_s": t1 - t0,
         "eval_s": time.perf_counter() - t1,
     }
