@@ -51,7 +51,7 @@ from rules.kg_nonredundant import (
     smoothed_confidence,
     with_evidence,
 )
-from rules.workers import MIN_PARALLEL_WORK, spawn_map
+from rules.workers import spawn_map, workers_pay
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank", "reached_reciprocal_rank"]
 
@@ -136,6 +136,26 @@ class PredictorConfig:
     nr_thresholds: tuple[float, ...] = (1.01, 0.7, 0.3)  # τ > 1: no clustering (noisy-OR over rules)
     nr_betas: tuple[float, ...] = (1.0, math.inf)  # FB15k-237, 24 heads: only in place of s (inf) did NR gain
     nr_smoothing: float = 5.0  # AnyBURL's pessimistic correction of a rule's confidence
+
+    def check(self) -> None:
+        """Raise ValueError naming the first option whose value is out of range (its type is the reader's:
+        ``fednsl.option_types.check_option_types``)."""
+        if self.aggregator not in _AGGREGATORS:
+            raise ValueError(f"aggregator must be one of {_AGGREGATORS}, got {self.aggregator!r}")
+        if not self.feature or any(f not in _FEATURES for f in self.feature.split("+")):
+            raise ValueError(f"feature must be one or more of {_FEATURES} joined by '+', got {self.feature!r}")
+        if not 1 <= self.workers <= 64:
+            raise ValueError(f"workers must be 1..64, got {self.workers!r}")
+        if not 0.0 <= self.smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in [0, 1], got {self.smoothing!r}")
+        if self.paths not in PATHS_CHOICES:
+            raise ValueError(f"paths must be one of {PATHS_CHOICES}, got {self.paths!r}")
+        if self.constants not in CONSTANTS_CHOICES:
+            raise ValueError(f"constants must be one of {CONSTANTS_CHOICES}, got {self.constants!r}")
+        if self.constants == "auto" and self.constant_rules < 1:
+            raise ValueError(
+                "constants 'auto' chooses whether to use rules with constants: it needs constant_rules > 0"
+            )
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -319,23 +339,8 @@ class RulePredictor:
         self.init_type_weights = {int(q): np.asarray(w, dtype=np.float64) for q, w in (init_type_weights or {}).items()}
         if aggregator != self.config.aggregator:
             self.config = PredictorConfig(**{**asdict(self.config), "aggregator": aggregator})
-        if self.config.aggregator not in _AGGREGATORS:
-            raise ValueError(f"aggregator must be one of {_AGGREGATORS}, got {self.config.aggregator!r}")
+        self.config.check()
         self.features = tuple(self.config.feature.split("+"))
-        if not self.features or any(f not in _FEATURES for f in self.features):
-            raise ValueError(f"feature must be one or more of {_FEATURES} joined by '+', got {self.config.feature!r}")
-        if not 1 <= self.config.workers <= 64:
-            raise ValueError(f"workers must be 1..64, got {self.config.workers!r}")
-        if not 0.0 <= self.config.smoothing <= 1.0:
-            raise ValueError(f"smoothing must be in [0, 1], got {self.config.smoothing!r}")
-        if self.config.paths not in PATHS_CHOICES:
-            raise ValueError(f"paths must be one of {PATHS_CHOICES}, got {self.config.paths!r}")
-        if self.config.constants not in CONSTANTS_CHOICES:
-            raise ValueError(f"constants must be one of {CONSTANTS_CHOICES}, got {self.config.constants!r}")
-        if self.config.constants == "auto" and self.config.constant_rules < 1:
-            raise ValueError(
-                "constants 'auto' chooses whether to use rules with constants: it needs constant_rules > 0"
-            )
         self.num_entities = int(num_entities)
         self.num_relations = num_relations
         self.bodies: dict[int, list[Body]] = {}
@@ -682,17 +687,15 @@ class RulePredictor:
         log: dict[str, Any] = {"heads": {}, "config": asdict(cfg)}
         todo = sorted(self.bodies) if heads is None else sorted(int(q) for q in heads)
         job = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
-        cost = np.bincount(train_dir[:, 1], minlength=2 * int(R))
-        queries = cost if cfg.max_train_queries is None else np.minimum(cost, cfg.max_train_queries)
-        work = sum(int(queries[q]) * len(self.bodies.get(q, [])) for q in todo)
-        log["work"], log["workers"] = work, (cfg.workers if work >= MIN_PARALLEL_WORK else 1)
-        if log["workers"] > 1 and len(todo) > 1:
-            # the heads are independent (own seed, own model): fit them in worker processes, the most trained
-            # heads first, and apply the results in head order, so the fit equals the one-process fit
-            order = sorted(todo, key=lambda q: (-int(cost[q]), q))
-            done = dict(zip(order, spawn_map(_worker_fit, order, cfg.workers, (self, job))))
-            for q in todo:
-                log["heads"][q], self.models[q], constants, trials = done[q]
+        facts = np.bincount(train_dir[:, 1], minlength=2 * int(R))
+        queries = facts if cfg.max_train_queries is None else np.minimum(facts, cfg.max_train_queries)
+        work = [int(queries[q]) * len(self.bodies.get(q, [])) for q in todo]
+        log["work"], log["workers"] = sum(work), (cfg.workers if workers_pay(work, cfg.workers) else 1)
+        if log["workers"] > 1:
+            # the heads are independent (own seed, own model): fit them in worker processes, the largest first, and
+            # apply the results in head order, so the fit equals the one-process fit
+            done = spawn_map(_worker_fit, todo, cfg.workers, (self, job), work=work)
+            for q, (log["heads"][q], self.models[q], constants, trials) in zip(todo, done, strict=True):
                 if trials is not None:
                     self._trials[q] = trials  # each holds its own rules with constants (_choose)
                 elif constants is not None:

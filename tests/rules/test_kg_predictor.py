@@ -544,7 +544,7 @@ def test_given_confidence_and_weights_start_the_first_bodies_only() -> None:
 def test_worker_processes_fit_the_same_weights_as_one_process(
     constants: int, paths: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("rules.kg_predictor.MIN_PARALLEL_WORK", 0)  # this small fit too goes to the workers
+    monkeypatch.setattr("rules.workers.MIN_PARALLEL_WORK", 0)  # this small fit too goes to the workers
     train, test = family(seed=2)
     valid = test[:2]
 
@@ -591,6 +591,15 @@ def test_a_small_fit_stays_in_one_process() -> None:
     per_head = np.bincount(directed_triples(train, 3)[:, 1], minlength=6)
     assert log["work"] == sum(min(int(per_head[q]), 5) * len(b) for q, b in bodies.items())
     assert log["workers"] == 1 and log["work"] < MIN_PARALLEL_WORK
+
+
+def test_a_one_head_fit_stays_in_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One head cannot be split over processes, however large its fit (``rules.workers.workers_pay``)."""
+    monkeypatch.setattr("rules.workers.MIN_PARALLEL_WORK", 0)
+    train, test = family(seed=2)
+    cfg = PredictorConfig(epochs=2, eval_every=2, max_train_queries=5, workers=2)
+    log = RulePredictor({1: [(0, 0), (2,)]}, 36, num_relations=3, config=cfg).fit(train, train, valid_triples=test[:2])
+    assert log["workers"] == 1 and log["work"] > 0
 
 
 def test_workers_out_of_range_are_refused() -> None:

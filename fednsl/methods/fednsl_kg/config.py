@@ -13,7 +13,7 @@ from fednsl.config import REPO_ROOT
 from fednsl.option_types import check_option_types
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_mining import RANK_BY
-from rules.kg_predictor import CONSTANTS_CHOICES, PATHS_CHOICES, PredictorConfig
+from rules.kg_predictor import PredictorConfig
 
 __all__ = [
     "KG_GENERATOR_DEFAULTS",
@@ -170,19 +170,10 @@ class FedNSLKGConfig:
                 f"expected some of {', '.join(sorted(known))}"
             )
         check_option_types(PredictorConfig, self.predictor, "method_kwargs.predictor (fednsl-kg)")
-        paths = self.predictor.get("paths", PredictorConfig.paths)
-        if paths not in PATHS_CHOICES:
-            raise ValueError(f"method_kwargs.predictor (fednsl-kg): paths={paths!r}; expected one of {PATHS_CHOICES}")
-        constants = self.predictor.get("constants", PredictorConfig.constants)
-        if constants not in CONSTANTS_CHOICES:
-            raise ValueError(
-                f"method_kwargs.predictor (fednsl-kg): constants={constants!r}; expected one of {CONSTANTS_CHOICES}"
-            )
-        if constants == "auto" and not self.predictor.get("constant_rules", 0) > 0:
-            raise ValueError(
-                "method_kwargs.predictor (fednsl-kg): constants='auto' chooses whether to use rules with constants; "
-                "set constant_rules > 0 (how many a head)"
-            )
+        try:  # the values, in the predictor's own words, before any round
+            PredictorConfig(**self.predictor).check()
+        except ValueError as exc:
+            raise ValueError(f"method_kwargs.predictor (fednsl-kg): {exc}") from None
 
     @property
     def gen(self) -> GeneratorOptions:

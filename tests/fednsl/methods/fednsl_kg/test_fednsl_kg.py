@@ -292,12 +292,14 @@ def test_bad_options_name_the_key() -> None:
         build_federation(load_config(CONFIG, ["data.num_clients=3", "data.shares=[0.5,0.5]", "data.partition=triple"]))
     with pytest.raises(ValueError, match=r"predictor.*unknown option\(s\) no_such"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.no_such=1"]))
-    with pytest.raises(ValueError, match="paths='trails'"):
+    with pytest.raises(ValueError, match=r"predictor \(fednsl-kg\): paths must be one of .*, got 'trails'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.paths=trails"]))
-    with pytest.raises(ValueError, match="constants=False"):  # YAML reads off as false
+    with pytest.raises(ValueError, match="constants must be one of .*, got False"):  # YAML reads off as false
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=off"]))
-    with pytest.raises(ValueError, match="set constant_rules > 0"):
+    with pytest.raises(ValueError, match="needs constant_rules > 0"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.constants=auto"]))
+    with pytest.raises(ValueError, match=r"predictor \(fednsl-kg\): feature must be one or more of .*, got 'log2'"):
+        build_federation(load_config(CONFIG, ["method_kwargs.predictor.feature=log2"]))
     with pytest.raises(ValueError, match=r"predictor \(fednsl-kg\): constant_rules must be an integer, got 'abc'"):
         build_federation(load_config(CONFIG, ["method_kwargs.predictor.constant_rules=abc"]))
     with pytest.raises(ValueError, match="valid_filter='test'"):
