@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
+import math
 import shlex
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -108,6 +109,9 @@ class RunConfig:
     engine: str = "inprocess"
     name: str | None = None
     paper: dict[str, Any] = field(default_factory=dict)
+    # seconds the rounds may take: a round is made the last when, by the longest round so far, another would not
+    # end within it (RoundLoop._budget_ends_at); None: every round of ``rounds``
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         check_types(
@@ -123,10 +127,15 @@ class RunConfig:
                 "name": "str|None",
                 "paper": "mapping",
                 "federation": "mapping|federation",
+                "time_budget_s": "number|None",
             },
         )
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+        if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
+            raise ValueError(
+                f"time_budget_s must be a number of seconds > 0 (or null: no budget), got {self.time_budget_s}"
+            )
         check_seed(self.seed)
         if self.name is not None:
             check_name(self.name)

@@ -253,7 +253,7 @@ def _train(
         "method": config.method,
         "config": config.name,
         "seed": config.seed,
-        "rounds": config.rounds,
+        "rounds": result.rounds_done,
         "wall_time_s": time.perf_counter() - t0,
         "peak_rss_mb": peak_rss_mb(),
         "data": fed.summary,
@@ -261,9 +261,11 @@ def _train(
         "final": {
             r["stage"]: {k: v for k, v in r.items() if k not in ("round", "scope", "stage")}
             for r in result.rows
-            if r["scope"] == "server" and r["round"] == config.rounds
+            if r["scope"] == "server" and r["round"] == result.rounds_done
         },
     }
+    if config.time_budget_s is not None:  # the rounds it planned and the budget that cut them
+        summary.update(rounds_planned=config.rounds, time_budget_s=config.time_budget_s)
     if counts is not None:
         summary["rule_counts"] = counts.to_json()
     if order is not None:

@@ -141,8 +141,8 @@ def train(
     written += [str(p) for p in summary.get("plots", [])]
     click.echo(f"wrote {run_dir}/: " + ", ".join(written))
     click.echo(result_line(run_dir, summary, cfg.to_dict()))
-    lost = rounds_without_quorum(run_dir / "metrics.jsonl")
-    if lost and len(lost) >= cfg.rounds:
+    lost, rounds = rounds_without_quorum(run_dir / "metrics.jsonl"), int(summary.get("rounds", cfg.rounds))
+    if lost and len(lost) >= rounds:
         raise click.ClickException(
             f"every round lost its quorum ({', '.join(f'round {r}: {s}' for r, s in sorted(lost.items()))}): no "
             f"client's reply was accepted there, so the result above is not a trained one; {run_dir}/run.log "
@@ -150,7 +150,7 @@ def train(
         )
     if lost:
         click.echo(
-            f"note: {len(lost)} of {cfg.rounds} rounds lost their quorum and skipped a stage "
+            f"note: {len(lost)} of {rounds} rounds lost their quorum and skipped a stage "
             f"({', '.join(f'round {r}: {s}' for r, s in sorted(lost.items()))}); {run_dir}/run.log says why",
             err=True,
         )

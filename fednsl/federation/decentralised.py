@@ -48,6 +48,10 @@ class Peer(Topology):
     def server(self) -> Strategy:
         return self.nodes[self.ids[0]]  # node 0 speaks for the run (evaluate, finalize, outputs)
 
+    def end_at(self, rnd: int) -> None:
+        for node in self.nodes.values():
+            node.end_at(rnd)
+
     def state_dict(self) -> dict[str, Any]:
         return {"nodes": {n: s.state_dict() for n, s in self.nodes.items()}}
 

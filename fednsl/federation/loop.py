@@ -114,6 +114,15 @@ class Topology(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         pass
 
+    def end_at(self, rnd: int) -> None:
+        """Make round ``rnd`` the last for every strategy of this topology (:meth:`Strategy.end_at`)."""
+        self.server().end_at(rnd)
+
+
+def budget_clock() -> float:
+    """Seconds on the clock that ``time_budget_s`` is measured on (monotonic)."""
+    return time.perf_counter()
+
 
 def round_line(name: str, rnd: int, rounds: int, elapsed_s: float, postfix: str = "") -> str:
     """The line a round prints where no bar can show: ``NAME round 3/10 · 12.3 s · <headline metric>``
@@ -157,6 +166,7 @@ class RoundLoop:
         self.metrics = MetricsLog(self.run_dir)
         self.ckpts = Checkpoints(self.run_dir, config.federation.keep_checkpoints)
         self.ids = sorted(federation.clients)
+        self.last = config.rounds  # the last round: ``time_budget_s`` may make it an earlier one
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -169,39 +179,67 @@ class RoundLoop:
         self.transport.start(self.ids, self.cfg.federation.min_clients)
         try:
             start = self._resume() + 1
-            rounds = self.cfg.rounds
             name = f"{self.cfg.name or self.cfg.method}{self.label}"
             self._bar = bar = progress_bar(
-                range(start, rounds + 1),
+                range(start, self.last + 1),
                 desc=f"{name} rounds",
                 enabled=self.progress,
                 initial=start - 1,
-                total=rounds,
+                total=self.last,
                 unit="round",
             )
             lines = self.progress and progress_lines()  # no bar can show: one line per round on stdout
             begun = time.perf_counter()
+            clock0 = budget_clock()  # the time budget's clock at the start
+            took: list[float] = []  # this process's rounds, in seconds
             for rnd in bar:
-                t0 = time.perf_counter()
+                if self._budget_ends_at(rnd, took, budget_clock() - clock0):
+                    bar.total = self.last
+                    bar.refresh()
+                t0, c0 = time.perf_counter(), budget_clock()
                 self.topology.run_round(rnd, self.stages(rnd))
+                took.append(budget_clock() - c0)
                 server = {**self.topology.server().evaluate(rnd), "round_time_s": time.perf_counter() - t0}
                 self.metrics.log(rnd, "server", "round", server)
                 self.ckpts.save(rnd, self._snapshot(rnd))
                 self._postfix = round_postfix(self.cfg.method, self.metrics.latest)
                 bar.set_postfix_str(self._postfix)
                 if lines:
-                    progress_note(round_line(name, rnd, rounds, time.perf_counter() - begun, self._postfix))
+                    progress_note(round_line(name, rnd, self.last, time.perf_counter() - begun, self._postfix))
+                if rnd >= self.last:  # a time budget's last round (the range's last closes the bar itself)
+                    bar.close()
+                    break
         finally:
             self.transport.close()
         if lines or time.perf_counter() - begun >= BAR_DELAY_S:  # the bar showed: say what the pause after it is
             progress_note(f"{name}: rounds done; {_closing_work(self.cfg.method)}…", enabled=self.progress)
         self.fed.strategy = self.topology.server()
         self.fed.strategy.finalize(self.run_dir)
-        return RunResult(self.run_dir, self.cfg.rounds, self.metrics.rows(), self.fed)
+        return RunResult(self.run_dir, self.last, self.metrics.rows(), self.fed)
+
+    def _budget_ends_at(self, rnd: int, took: Sequence[float], spent: float) -> bool:
+        """Whether ``time_budget_s`` makes round ``rnd`` the last: after it, by the longest round so far, there
+        would be no time for another (spent + 2 × longest > budget). Never the first round of a process (nothing
+        timed yet); the last round always runs whole, so a run passes its budget only when a round takes longer
+        than every round before it, or when the first round alone takes more than half of it."""
+        budget = self.cfg.time_budget_s
+        if budget is None or not took or rnd >= self.last or spent + 2 * max(took) <= budget:
+            return False
+        log.info(
+            "time budget: round %d is the last of %d planned (%.1f s spent, the longest round %.1f s, budget %.1f s)",
+            rnd,
+            self.last,
+            spent,
+            max(took),
+            budget,
+        )
+        self.last = rnd
+        self.topology.end_at(rnd)
+        return True
 
     def stages(self, rnd: int) -> list[str]:
         """The round's declared stages; ``evaluate`` only every ``evaluate_every`` rounds and at the last."""
-        every, last = self.cfg.federation.evaluate_every, self.cfg.rounds
+        every, last = self.cfg.federation.evaluate_every, self.last
         return [
             s for s in self.topology.server().round_stages(rnd) if s != "evaluate" or rnd % every == 0 or rnd == last
         ]

@@ -45,7 +45,8 @@ def set_aside(run_dir: Path, why: str) -> Path | None:
 
 
 def _config_diff(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """Top-level keys that differ, ignoring ``rounds`` and the injected ``federation.faults`` (a test harness).
+    """Top-level keys that differ, ignoring ``rounds``, ``time_budget_s`` and the injected ``federation.faults`` (a
+    test harness).
 
     A federation option missing from a saved config (saved before the option existed) counts as its default."""
     defaults = asdict(FederationConfig())
@@ -59,7 +60,8 @@ def _config_diff(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
         )
 
     saved, now = plain(saved), plain(now)
-    return sorted(k for k in set(saved) | set(now) if k != "rounds" and saved.get(k) != now.get(k))
+    free = ("rounds", "time_budget_s")  # what a resumed run may change
+    return sorted(k for k in set(saved) | set(now) if k not in free and saved.get(k) != now.get(k))
 
 
 def prepare_resume(run_dir: Path, config: RunConfig, *, start_over: bool = False) -> None:
@@ -96,7 +98,7 @@ def prepare_resume(run_dir: Path, config: RunConfig, *, start_over: bool = False
         if diff:
             raise ValueError(
                 f"--resume: the config differs from the one saved in {where} in {diff} "
-                "(only 'rounds' may change on resume)"
+                "(only 'rounds' and 'time_budget_s' may change on resume)"
             )
     if found is None:
         if MetricsLog(run_dir).jsonl.exists():  # crashed before the first checkpoint: round 1 starts afresh

@@ -102,6 +102,14 @@ def _schema(source: SchemaSource) -> Schema:
 class Strategy(ABC):
     """Server side of a method: declares its stages (:meth:`declare_stages`); the loop drives them."""
 
+    #: the run's last round, for a strategy whose last round does more (its constructor sets it; 0: no such work)
+    rounds: int = 0
+
+    def end_at(self, rnd: int) -> None:
+        """Make round ``rnd`` the run's last (the loop's ``time_budget_s`` ends a run early): a strategy that does
+        more in its last round (evaluation, counts) does it in round ``rnd``."""
+        self.rounds = int(rnd)
+
     @abstractmethod
     def declare_stages(self) -> Sequence[Stage]:
         """Every stage this strategy may run, each declared once."""

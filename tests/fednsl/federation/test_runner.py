@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -175,3 +176,70 @@ def test_run_dir_outputs(tmp_path: Path):
     for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "plots/metrics.png", "run.log"):
         assert (res.run_dir / name).exists(), name
     assert len(Checkpoints(res.run_dir).list()) == 2
+
+
+class Ticking(Client):
+    """Advances a fake budget clock by ``seconds`` at every train call (no real waiting)."""
+
+    def __init__(self, inner: Client, clock: list[float], seconds: float):
+        self.cid, self.inner, self.clock, self.seconds = inner.cid, inner, clock, seconds
+
+    @handles("train")
+    def train(self, msg):
+        self.clock[0] += self.seconds
+        return self.inner.train(msg)
+
+    @handles("evaluate")
+    def evaluate(self, msg):
+        return self.inner.evaluate(msg)
+
+
+@pytest.mark.parametrize("engine", ["inprocess", "decentralised"])
+def test_time_budget_makes_the_round_before_the_overrun_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+):
+    """Rounds of 3 s against a budget of 10 s: before round 3, 6 s spent + 2 × 3 s > 10 s, so round 3 is the last
+    (ending at 9 s), evaluated although evaluate_every skips it, and every strategy is told (Strategy.end_at)."""
+    clock = [0.0]
+    monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])
+    cfg = config(rounds=5, evaluate_every=2)
+    cfg.engine, cfg.time_budget_s = engine, 10.0
+    fed = build_federation(cfg)
+    first = sorted(fed.clients)[0]
+    fed.clients[first] = Ticking(fed.clients[first], clock, 3.0 if engine == "inprocess" else 0.6)  # peers call it 5× a round
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    assert result.rounds_done == 3 and clock[0] <= 10.0
+    rows = [r for r in result.rows if r["scope"] == "server"]
+    assert sorted({r["round"] for r in rows}) == [1, 2, 3]
+    assert sorted(r["round"] for r in rows if r["stage"] == "evaluate") == [2, 3]
+    assert result.federation.strategy.rounds == 3
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["rounds"], summary["rounds_planned"], summary["time_budget_s"]) == (3, 5, 10.0)
+    assert summary["final"]  # the last round's metrics
+    assert "time budget: round 3 is the last of 5 planned" in (tmp_path / "run" / "run.log").read_text()
+
+
+def test_no_time_budget_runs_every_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    clock = [0.0]
+    monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])
+    cfg = config(rounds=4)
+    fed = build_federation(cfg)
+    first = sorted(fed.clients)[0]
+    fed.clients[first] = Ticking(fed.clients[first], clock, 100.0)
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    assert result.rounds_done == 4
+    assert "rounds_planned" not in json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("bad", [0, -5, float("nan"), "soon"])
+def test_a_bad_time_budget_is_refused(bad):
+    with pytest.raises(ValueError, match="time_budget_s"):
+        RunConfig(method="fedavg", time_budget_s=bad)
+
+
+def test_resume_may_change_the_time_budget(tmp_path: Path):
+    cfg = config(rounds=2)
+    train(cfg, tmp_path / "run", progress=False)
+    cfg.rounds, cfg.time_budget_s = 3, 1000.0
+    result = train(cfg, tmp_path / "run", progress=False, resume=True)
+    assert result.rounds_done == 3
