@@ -29,6 +29,7 @@ MRR (expectation over ties) when ``valid_triples`` is given.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -51,7 +52,7 @@ from rules.kg_nonredundant import (
     smoothed_confidence,
     with_evidence,
 )
-from rules.workers import spawn_map, workers_pay
+from rules.workers import WorkerPool, workers_pay
 
 __all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank", "reached_reciprocal_rank"]
 
@@ -61,7 +62,7 @@ PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
 ConstantsChoice = Literal["fixed", "auto"]
 CONSTANTS_CHOICES: tuple[str, ...] = get_args(ConstantsChoice)
 #: what a fit's log holds of a paths or constants "auto" choice (RulePredictor._choose)
-CHOICE_KEYS = ("paths", "paths_valid_mrr", "constants", "constants_valid_mrr", "trials_valid_mrr")
+CHOICE_KEYS = ("paths", "paths_valid_mrr", "constants", "constants_valid_mrr", "trials_valid_mrr", "ways_skipped")
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -351,7 +352,7 @@ class RulePredictor:
             self.bodies[int(q)] = uniq
         self.graph: SparseGraph | None = None  # counting as counted_paths(config.paths)
         self._graphs: dict[str, SparseGraph] = {}  # by paths: the graph, and for "auto" its walks twin
-        self._trials: dict[int, dict[str, _Trial]] = {}  # paths or constants "auto": a head's fits, by _label
+        self._mined: dict[int, ConstantRules] = {}  # a fit's rules with constants by head, mined once for all ways
         self.models: dict[int, _HeadModel] = {}
         self.constants: dict[int, ConstantRules] = {}  # per head, mined by fit when config.constant_rules > 0
 
@@ -660,13 +661,17 @@ class RulePredictor:
         filter_triples: np.ndarray | torch.Tensor | None = None,
         num_relations: int | None = None,
         heads: Sequence[int] | None = None,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         """Train the rule weights of every head relation (0..2R-1) with bodies.
 
         graph_triples (n, 3): the graph grounded on (usually = train); train_triples (n, 3): the supervised facts
         (both directions are used: (h, r, t) trains head r, (t, r+R, h) trains head r+R); valid_triples: per-head
         early stopping on filtered valid MRR (filter = ``filter_triples``, default train ∪ valid); valid_fn:
-        called once after training with this predictor, its result is logged as ``"valid"``.
+        called once after training with this predictor, its result is logged as ``"valid"``. deadline (a
+        ``time.perf_counter()`` value): under paths or constants "auto" the ways (:meth:`_variants`) are fitted one
+        after the other, all heads each, and a further way only when, by the longest way so far, it would end
+        before the deadline; the choice is made among the ways fitted (the first always is; log ``ways_skipped``).
         Returns a log {heads: {q: {...}}, seconds, valid}.
         """
         cfg = self.config
@@ -691,20 +696,24 @@ class RulePredictor:
         queries = facts if cfg.max_train_queries is None else np.minimum(facts, cfg.max_train_queries)
         work = [int(queries[q]) * len(self.bodies.get(q, [])) for q in todo]
         log["work"], log["workers"] = sum(work), (cfg.workers if workers_pay(work, cfg.workers) else 1)
-        if log["workers"] > 1:
-            # the heads are independent (own seed, own model): fit them in worker processes, the largest first, and
-            # apply the results in head order, so the fit equals the one-process fit
-            done = spawn_map(_worker_fit, todo, cfg.workers, (self, job), work=work)
-            for q, (log["heads"][q], self.models[q], constants, trials) in zip(todo, done, strict=True):
-                if trials is not None:
-                    self._trials[q] = trials  # each holds its own rules with constants (_choose)
-                elif constants is not None:
-                    self.constants[q] = constants
+        variants = self._variants()
+        fits: dict[str, dict[int, _Trial]] = {}  # every way fitted: head -> (log, model, rules with constants)
+        self._mined = {}
+        took: list[float] = []
+        with contextlib.ExitStack() as stack:  # worker processes, started once for every way
+            pool = stack.enter_context(WorkerPool(cfg.workers, (self, job))) if log["workers"] > 1 else None
+            for i, way in enumerate(variants):
+                if i and deadline is not None and time.perf_counter() + max(took) > deadline:
+                    log["ways_skipped"] = [_label(*v) for v in variants[i:]]
+                    break
+                began = time.perf_counter()
+                fits[_label(*way)] = self._fit_way(todo, way, job, pool, work)
+                took.append(time.perf_counter() - began)
+        self._mined = {}
+        if len(variants) > 1:
+            log.update(self._choose(todo, log["heads"], fits))
         else:
-            for q in todo:
-                log["heads"][q] = self._fit_head(q, *job)
-        if len(self._variants()) > 1:
-            log.update(self._choose(todo, log["heads"]))
+            self._keep(todo, log["heads"], fits[_label(*variants[0])])
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         if cfg.nonredundant:
@@ -714,44 +723,58 @@ class RulePredictor:
             log["valid"] = valid_fn(self)
         return log
 
-    def _fit_head(
+    def _fit_way(
         self,
-        q: int,
-        train_dir: np.ndarray,
-        valid_dir: np.ndarray | None,
-        known_train: dict[tuple[int, int], set[int]],
-        known_valid: dict[tuple[int, int], set[int]],
-        epochs: int,
-        seed: int,
-    ) -> dict[str, Any]:
-        """Mine head q's rules with constants (``constant_rules``), then fit its model (for paths or constants
-        "auto" once each way, :meth:`_variants`: :meth:`fit` keeps one way for all heads); returns the head's log
-        (the first way's under "auto")."""
-        cfg = self.config
-        mined = None
-        if cfg.constant_rules > 0:
-            assert self.graph is not None
-            mined = self.constants[q] = mine_constant_rules(
-                self.graph,
-                q,
-                train_dir[train_dir[:, 1] == q][:, [0, 2]],
-                cfg.constant_rules,
-                min_support=cfg.constant_min_support,
-                seed=seed,
-            )
-        job: _FitJob = (train_dir, valid_dir, known_train, known_valid, epochs, seed)
-        variants = self._variants()
-        if len(variants) == 1:
-            return self._fit_head_on(q, variants[0][0], job)
-        trials: dict[str, _Trial] = {}
-        for paths, constants in variants:
-            if constants and mined is not None:
-                self.constants[q] = mined
+        heads: Sequence[int],
+        way: tuple[Paths, bool],
+        job: _FitJob,
+        pool: WorkerPool[tuple[RulePredictor, _FitJob]] | None,
+        work: Sequence[int],
+    ) -> dict[int, _Trial]:
+        """Fit every head one way (paths, with rules with constants): in the ``pool``'s processes when given, the
+        largest ``work`` first; the heads are independent (own seed, own model), so the fits equal the one-process
+        fits. Returns head -> (its log, its model, its rules with constants or None)."""
+        if pool is not None:
+            done = pool.map(_worker_fit, [(q, way, self._mined.get(q)) for q in heads], work)
+        else:
+            done = [self._fit_head(q, way, job) for q in heads]
+        for q, (_, _, rules) in zip(heads, done, strict=True):
+            if rules is not None:
+                self._mined[q] = rules  # the next way with constants takes them as they are
+        return dict(zip(heads, done, strict=True))
+
+    def _fit_head(self, q: int, way: tuple[Paths, bool], job: _FitJob) -> _Trial:
+        """Fit head q one way: with its ``constant_rules`` rules with constants (mined on the first way that needs
+        them) or without; returns its log, its model and those rules (None without)."""
+        paths, constants = way
+        rules = None
+        if constants:
+            rules = self._mined.get(q)
+            if rules is None:
+                assert self.graph is not None
+                train_dir, seed = job[0], job[5]
+                rules = mine_constant_rules(
+                    self.graph,
+                    q,
+                    train_dir[train_dir[:, 1] == q][:, [0, 2]],
+                    self.config.constant_rules,
+                    min_support=self.config.constant_min_support,
+                    seed=seed,
+                )
+            self.constants[q] = rules
+        else:
+            self.constants.pop(q, None)
+        head_log = self._fit_head_on(q, paths, job)
+        return head_log, self.models[q], rules
+
+    def _keep(self, heads: Sequence[int], logs: dict[int, dict[str, Any]], fits: Mapping[int, _Trial]) -> None:
+        """Every head takes its fit of one way: its log, its model and its rules with constants."""
+        for q in heads:
+            logs[q], self.models[q], rules = fits[q]
+            if rules is not None:
+                self.constants[q] = rules
             else:
                 self.constants.pop(q, None)
-            trials[_label(paths, constants)] = (self._fit_head_on(q, paths, job), self.models[q], self.constants.get(q))
-        self._trials[q] = trials  # fit() keeps one of them for every head (_choose)
-        return trials[_label(*variants[0])][0]
 
     def _variants(self) -> list[tuple[Paths, bool]]:
         """The ways every head is fitted, (paths, with rules with constants), in order of preference on a tie: both
@@ -761,42 +784,39 @@ class RulePredictor:
         constants = (False, True) if cfg.constants == "auto" else (cfg.constant_rules > 0,)
         return [(paths, c) for c in constants for paths in ways]
 
-    def _choose(self, heads: Sequence[int], logs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-        """For paths or constants "auto": the way (:meth:`_variants`) with the better valid MRR pooled over all heads'
-        valid queries (the first in :meth:`_variants` on a tie); every head keeps its fit of that way, and its log
-        its valid MRR every way. Returns the fit log's entries: ``trials_valid_mrr`` (pooled, by :func:`_label`),
-        and for paths "auto" ``paths`` and ``paths_valid_mrr``, for constants "auto" ``constants`` ("on"/"off") and
-        ``constants_valid_mrr``, each pooled at the other choice."""
-        variants = self._variants()
-        total = dict.fromkeys((_label(*v) for v in variants), 0.0)
+    def _choose(
+        self, heads: Sequence[int], logs: dict[int, dict[str, Any]], fits: Mapping[str, Mapping[int, _Trial]]
+    ) -> dict[str, Any]:
+        """For paths or constants "auto": of the ways fitted (``fits``, by :func:`_label`), the one with the better
+        valid MRR pooled over all heads' valid queries (the first in :meth:`_variants` on a tie); every head keeps
+        its fit of that way, and its log its valid MRR every way. Returns the fit log's entries:
+        ``trials_valid_mrr`` (pooled, by :func:`_label`), and for paths "auto" ``paths`` and ``paths_valid_mrr``,
+        for constants "auto" ``constants`` ("on"/"off") and ``constants_valid_mrr``, each pooled at the other choice
+        (the ways fitted only)."""
+        variants = [v for v in self._variants() if _label(*v) in fits]
+        first = fits[_label(*variants[0])]
+        total = dict.fromkeys(fits, 0.0)
         n = 0
         for q in heads:
-            trials = self._trials[q]
-            k = int(trials[_label(*variants[0])][0].get("valid_queries", 0))
+            k = int(first[q][0].get("valid_queries", 0))
             n += k
-            for label, (head_log, _, _) in trials.items():
-                total[label] += k * max(float(head_log.get("best_valid_mrr", 0.0)), 0.0)
+            for label, way in fits.items():
+                total[label] += k * max(float(way[q][0].get("best_valid_mrr", 0.0)), 0.0)
         pooled = {label: v / max(n, 1) for label, v in total.items()}
         paths, constants = max(variants, key=lambda v: pooled[_label(*v)])  # the first best on a tie
-        chosen = _label(paths, constants)
+        self._keep(heads, logs, fits[_label(paths, constants)])
         for q in heads:
-            trials = self._trials.pop(q)
-            head_log, self.models[q], rules = trials[chosen]
-            if rules is not None:
-                self.constants[q] = rules
-            else:
-                self.constants.pop(q, None)
-            by_way = {label: t[0].get("best_valid_mrr", -1.0) for label, t in trials.items()}
-            logs[q] = {**head_log, "trials_valid_mrr": by_way}
+            by_way = {label: way[q][0].get("best_valid_mrr", -1.0) for label, way in fits.items()}
+            logs[q] = {**logs[q], "trials_valid_mrr": by_way}
             if self.config.paths == "auto":
-                logs[q]["paths_valid_mrr"] = {p: by_way[_label(p, constants)] for p in ("simple", "walks")}
+                logs[q]["paths_valid_mrr"] = _tried(by_way, {p: _label(p, constants) for p in ("simple", "walks")})
         out: dict[str, Any] = {"trials_valid_mrr": pooled}
         if self.config.paths == "auto":
             out["paths"] = paths
-            out["paths_valid_mrr"] = {p: pooled[_label(p, constants)] for p in ("simple", "walks")}
+            out["paths_valid_mrr"] = _tried(pooled, {p: _label(p, constants) for p in ("simple", "walks")})
         if self.config.constants == "auto":
             out["constants"] = "on" if constants else "off"
-            out["constants_valid_mrr"] = {k: pooled[_label(paths, c)] for k, c in (("off", False), ("on", True))}
+            out["constants_valid_mrr"] = _tried(pooled, {"off": _label(paths, False), "on": _label(paths, True)})
         return out
 
     def _fit_head_on(self, q: int, paths: Paths, job: _FitJob) -> dict[str, Any]:
@@ -1118,14 +1138,25 @@ class RulePredictor:
 
 
 def _worker_fit(
-    shared: tuple[RulePredictor, tuple[Any, ...]], q: int
-) -> tuple[dict[str, Any], _HeadModel, ConstantRules | None, dict[str, _Trial] | None]:
-    """Fit head q in a worker (``shared``: its copy of the predictor and the fit's arguments): its log, its fitted
-    model, its rules with constants and (paths or constants "auto") its fits every way."""
+    shared: tuple[RulePredictor, _FitJob], item: tuple[int, tuple[Paths, bool], ConstantRules | None]
+) -> _Trial:
+    """Fit head q one way in a worker (``shared``: its copy of the predictor and the fit's arguments; ``item``: q,
+    the way, and q's rules with constants when an earlier way mined them): :meth:`RulePredictor._fit_head`'s log,
+    model and rules with constants."""
     predictor, job = shared
-    head_log = predictor._fit_head(q, *job)
-    model = predictor.models.pop(q)
-    return head_log, model, predictor.constants.pop(q, None), predictor._trials.pop(q, None)
+    q, way, mined = item
+    if mined is not None:
+        predictor._mined[q] = mined
+    fitted = predictor._fit_head(q, way, job)
+    del predictor.models[q]
+    predictor.constants.pop(q, None)
+    predictor._mined.pop(q, None)
+    return fitted
+
+
+def _tried(values: Mapping[str, float], names: Mapping[str, str]) -> dict[str, float]:
+    """{name: values[label]} for the names whose way (label) was fitted."""
+    return {name: values[label] for name, label in names.items() if label in values}
 
 
 def counted_paths(paths: PathsChoice) -> Paths:

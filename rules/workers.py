@@ -11,11 +11,11 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["MIN_PARALLEL_WORK", "spawn_map", "workers_pay"]
+__all__ = ["MIN_PARALLEL_WORK", "WorkerPool", "spawn_map", "workers_pay"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -45,20 +45,37 @@ def workers_pay(work: Sequence[int], workers: int) -> bool:
     return workers > 1 and len(work) > 1 and sum(work) >= MIN_PARALLEL_WORK
 
 
+class WorkerPool(Generic[S]):
+    """``workers`` spawned processes of one torch thread each, holding one ``shared`` argument (pickled once per
+    process), for several :meth:`map` calls; a context manager (the processes end on exit)."""
+
+    def __init__(self, workers: int, shared: S):
+        ctx = multiprocessing.get_context("spawn")
+        self.pool = ProcessPoolExecutor(workers, ctx, initializer=_init, initargs=(shared,))
+
+    def __enter__(self) -> WorkerPool[S]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown()
+
+    def map(self, fn: Callable[[S, T], R], items: Sequence[T], work: Sequence[int] | None = None) -> list[R]:
+        """[fn(shared, item) for item in items]: the processes take the items as they become free, in order or the
+        largest ``work`` first (ties in order); the results come back in item order either way. ``fn`` must be a
+        module-level function."""
+        order = list(range(len(items)))
+        if work is not None:
+            order.sort(key=lambda i: -work[i])
+        done = list(self.pool.map(_call, [(fn, items[i]) for i in order]))
+        out: list[R] = [None] * len(items)  # type: ignore[list-item]
+        for i, r in zip(order, done, strict=True):
+            out[i] = r
+        return out
+
+
 def spawn_map(
     fn: Callable[[S, T], R], items: Sequence[T], workers: int, shared: S, work: Sequence[int] | None = None
 ) -> list[R]:
-    """[fn(shared, item) for item in items], computed in ``workers`` spawned processes of one torch thread each,
-    which take the items as they become free: in order, or the largest ``work`` first (ties in order); the results
-    come back in item order either way. ``fn`` must be a module-level function; ``shared`` is pickled once per
-    process."""
-    order = list(range(len(items)))
-    if work is not None:
-        order.sort(key=lambda i: -work[i])
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, ctx, initializer=_init, initargs=(shared,)) as pool:
-        done = list(pool.map(_call, [(fn, items[i]) for i in order]))
-    out: list[R] = [None] * len(items)  # type: ignore[list-item]
-    for i, r in zip(order, done, strict=True):
-        out[i] = r
-    return out
+    """[fn(shared, item) for item in items] in a :class:`WorkerPool` of ``workers`` processes (:meth:`WorkerPool.map`)."""
+    with WorkerPool(workers, shared) as pool:
+        return pool.map(fn, items, work)

@@ -705,6 +705,42 @@ def test_auto_constants_keep_the_way_with_the_better_pooled_valid_mrr(paths: str
     torch.testing.assert_close(auto.score(queries), chosen.score(queries))
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a deadline the ways are fitted one after the other and a further one only if, by the longest so far, it
+    ends in time: a deadline already passed keeps the first way (simple paths, without constants), equal to its
+    one-way fit, and names the others in ``ways_skipped``; a far deadline fits all four as without one."""
+    import time
+
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    monkeypatch.setattr("rules.workers.MIN_PARALLEL_WORK", 0)
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=8, seed=0)
+    base = PredictorConfig(epochs=5, eval_every=5, constant_rules=30, workers=workers)
+    auto = replace(base, paths="auto", constants="auto")
+
+    def fit(cfg: PredictorConfig, deadline: float | None = None) -> tuple[RulePredictor, dict]:
+        p = RulePredictor(bodies, E, num_relations=R, config=cfg)
+        return p, p.fit(kg.train, kg.train, valid_triples=kg.valid, deadline=deadline)
+
+    cut, log = fit(auto, deadline=time.perf_counter() - 1.0)
+    assert log["ways_skipped"] == ["walks", "simple+constants", "walks+constants"]
+    assert (log["paths"], log["constants"], log["constant_rules"]) == ("simple", "off", 0)
+    assert list(log["trials_valid_mrr"]) == ["simple"] and list(log["constants_valid_mrr"]) == ["off"]
+    one, _ = fit(replace(base, paths="simple", constant_rules=0))
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    assert torch.equal(cut.score(queries), one.score(queries))
+    full, log = fit(auto, deadline=time.perf_counter() + 3600.0)
+    assert "ways_skipped" not in log and len(log["trials_valid_mrr"]) == 4
+    free, free_log = fit(auto)
+    assert log["trials_valid_mrr"] == free_log["trials_valid_mrr"]
+    assert torch.equal(full.score(queries), free.score(queries))
+
+
 def test_auto_constants_need_constant_rules() -> None:
     with pytest.raises(ValueError, match="needs constant_rules > 0"):
         RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(constants="auto"))

@@ -255,12 +255,19 @@ class FedNSLKGClient(Client):
         )
         return float(m.compute()["mrr"])
 
-    def fit(self, p: Proposal, seed: int, start: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+    def fit(
+        self,
+        p: Proposal,
+        seed: int,
+        start: Mapping[str, np.ndarray] | None = None,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
         """Fit a fresh predictor on the server's rules (both query directions) for this client's relations, plus
         its own mined bodies after them (``keep_own_rules``): trained on the local train facts, each head
         early-stopped on the local valid facts. Rule weights start from the server's averaged weights where it sent
         them (``start_weights``/``start_known``; a head then keeps them unless training improves its valid MRR),
-        else from the pooled ``confidence`` (T, J, 2) where known (≥ 0), else from the local leave-one-out one."""
+        else from the pooled ``confidence`` (T, J, 2) where known (≥ 0), else from the local leave-one-out one.
+        ``deadline`` (``time.perf_counter()``): the ways of an "auto" choice fitted before it (``RulePredictor.fit``)."""
         start = dict(start or {})
         confidence = start.get("confidence")
         rule_sets = query_rule_sets(
@@ -308,6 +315,7 @@ class FedNSLKGClient(Client):
                     valid_triples=valid,
                     filter_triples=self._valid_filter(),
                     num_relations=self.R,
+                    deadline=deadline,
                 )
                 or {}
             )
@@ -407,7 +415,9 @@ class FedNSLKGClient(Client):
         mask, log_prior = p.mask.numpy(), p.log_prior.numpy()
         T, J = mask.shape
         t0 = time.perf_counter()
-        log = self.fit(p, msg.config_int("seed"), msg.arrays)
+        # under the run's time_budget_s, the round's seconds left bound the ways an "auto" choice fits
+        deadline = t0 + msg.config_float("time_left_s") if "time_left_s" in msg.config else None
+        log = self.fit(p, msg.config_int("seed"), msg.arrays, deadline)
         t1 = time.perf_counter()
         assert self.predictor is not None
         sent = {q: int(p.mask[t].sum()) for t, r in enumerate(p.relations) for q in (r, r + self.R)}
@@ -468,6 +478,8 @@ class FedNSLKGClient(Client):
             metrics["simple_paths"] = float(log["paths"] == "simple")
         if "constants" in log:  # predictor.constants auto: 1 when the valid MRR chose rules with constants
             metrics["constant_rules_on"] = float(log["constants"] == "on")
+        if "ways_skipped" in log:  # the ways of that choice the time budget left unfitted
+            metrics["ways_not_fitted"] = float(len(log["ways_skipped"]))
         chosen = _choices_on_valid(log)
         if chosen:
             logger.info("%s: chosen on valid: %s", self.cid, "; ".join(chosen))
@@ -616,6 +628,8 @@ def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
         if key in fit_log:
             each = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get(f"{key}_valid_mrr", {}).items())
             out.append(f"{name} {fit_log[key]}{kept} (valid MRR {each})")
+    if fit_log.get("ways_skipped"):
+        out.append(f"not fitted within the time budget{kept}: {', '.join(fit_log['ways_skipped'])}")
     if "nonredundant_heads" in fit_log:
         out.append(
             f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {_heads_with_valid(fit_log)} heads with "

@@ -115,6 +115,7 @@ TRAIN_METRICS = (
     "heads_with_valid",
     "simple_paths",
     "constant_rules_on",
+    "ways_not_fitted",
     "time_fit_s",
     "time_counts_s",
 )

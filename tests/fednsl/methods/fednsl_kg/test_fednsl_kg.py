@@ -509,6 +509,29 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert again.valid_choice["constants"] == chosen["constant_rules"]
 
 
+def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Path) -> None:
+    """Under ``time_budget_s`` each train request carries the round's seconds left; with almost none, the first
+    fit keeps its first way (simple paths, without constants) and names the three it did not fit in the run log,
+    metrics.jsonl and summary.json; the budget then makes round 2 the last of 3."""
+    over = [
+        *FAST,
+        "rounds=3",
+        "time_budget_s=0.001",
+        "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, constants: auto, "
+        "constant_rules: 20}",
+    ]
+    out = tmp_path / "budget"
+    result = train(load_config(CONFIG, over), out, progress=False)
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["rounds"], s["rounds_planned"]) == (2, 3) and result.rounds_done == 2
+    assert s["chosen_on_valid"]["c0"] == {"paths": "simple", "constant_rules": "off", "ways_not_fitted": 3}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [v for row in rows for k, v in row.items() if k.endswith("ways_not_fitted")][:1] == [3.0]
+    text = (out / "run.log").read_text()
+    assert "not fitted within the time budget: walks, simple+constants, walks+constants" in text
+    assert "time budget: round 2 is the last of 3 planned" in text
+
+
 def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``predictor.workers: 2`` and an evaluation of MIN_PARALLEL_WORK (query, rule) pairs or more, the test
     relations are ranked in worker processes: the same exact rank sums as one process. A smaller one stays here."""
