@@ -167,7 +167,7 @@ class RoundLoop:
         self.ckpts = Checkpoints(self.run_dir, config.federation.keep_checkpoints)
         self.ids = sorted(federation.clients)
         self.last = config.rounds  # the last round: ``time_budget_s`` may make it an earlier one
-        self.time_left: float | None = None  # under ``time_budget_s``: seconds left at the round's start
+        self.began: float | None = None  # the budget clock when the rounds began (under ``time_budget_s``)
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -191,12 +191,10 @@ class RoundLoop:
             )
             lines = self.progress and progress_lines()  # no bar can show: one line per round on stdout
             begun = time.perf_counter()
-            clock0 = budget_clock()  # the time budget's clock at the start
+            self.began = budget_clock()
             took: list[float] = []  # this process's rounds, in seconds
             for rnd in bar:
-                if self.cfg.time_budget_s is not None:
-                    self.time_left = self.cfg.time_budget_s - (budget_clock() - clock0)
-                if self._budget_ends_at(rnd, took, budget_clock() - clock0):
+                if self._budget_ends_at(rnd, took, budget_clock() - self.began):
                     bar.total = self.last
                     bar.refresh()
                 t0, c0 = time.perf_counter(), budget_clock()
@@ -250,10 +248,11 @@ class RoundLoop:
     # -- what every topology uses ----------------------------------------------------------------------------
     def seeded(self, cid: str, msg: Message, rnd: int, stage: str, sender: str | None = None) -> Message:
         """The message as ``cid`` receives it: with its seed for (round, stage), under ``time_budget_s`` the
-        round's seconds left (``time_left_s``: a client may fit its work to them) and, optionally, a sender."""
+        budget's seconds left as it is sent (``time_left_s``: a client may fit its work to them) and, optionally, a
+        sender."""
         config = {**msg.config, "seed": client_seed(self.cfg.seed, rnd, stage, self.ids.index(cid))}
-        if self.time_left is not None:
-            config["time_left_s"] = self.time_left
+        if self.cfg.time_budget_s is not None and self.began is not None:
+            config["time_left_s"] = self.cfg.time_budget_s - (budget_clock() - self.began)
         return replace(msg, config=config, sender=msg.sender if sender is None else sender)
 
     def send(self, rnd: int, stage: str, outgoing: Mapping[str, Message]) -> Any:

@@ -183,9 +183,11 @@ class Ticking(Client):
 
     def __init__(self, inner: Client, clock: list[float], seconds: float):
         self.cid, self.inner, self.clock, self.seconds = inner.cid, inner, clock, seconds
+        self.left: list[float | None] = []  # the time_left_s each train request carried
 
     @handles("train")
     def train(self, msg):
+        self.left.append(msg.config.get("time_left_s"))
         self.clock[0] += self.seconds
         return self.inner.train(msg)
 
@@ -199,16 +201,19 @@ def test_time_budget_makes_the_round_before_the_overrun_the_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
 ):
     """Rounds of 3 s against a budget of 10 s: before round 3, 6 s spent + 2 × 3 s > 10 s, so round 3 is the last
-    (ending at 9 s), evaluated although evaluate_every skips it, and every strategy is told (Strategy.end_at)."""
+    (ending at 9 s), evaluated although evaluate_every skips it, and every strategy is told (Strategy.end_at).
+    Each request carries the seconds left as it is sent."""
     clock = [0.0]
     monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])
     cfg = config(rounds=5, evaluate_every=2)
     cfg.engine, cfg.time_budget_s = engine, 10.0
     fed = build_federation(cfg)
     first = sorted(fed.clients)[0]
-    fed.clients[first] = Ticking(fed.clients[first], clock, 3.0 if engine == "inprocess" else 0.6)  # peers call it 5× a round
-    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    ticking = fed.clients[first] = Ticking(fed.clients[first], clock, 3.0 if engine == "inprocess" else 0.6)
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)  # (peers call it 5 times a round)
     assert result.rounds_done == 3 and clock[0] <= 10.0
+    if engine == "inprocess":
+        assert ticking.left == pytest.approx([10.0, 7.0, 4.0])
     rows = [r for r in result.rows if r["scope"] == "server"]
     assert sorted({r["round"] for r in rows}) == [1, 2, 3]
     assert sorted(r["round"] for r in rows if r["stage"] == "evaluate") == [2, 3]
@@ -225,9 +230,9 @@ def test_no_time_budget_runs_every_round(tmp_path: Path, monkeypatch: pytest.Mon
     cfg = config(rounds=4)
     fed = build_federation(cfg)
     first = sorted(fed.clients)[0]
-    fed.clients[first] = Ticking(fed.clients[first], clock, 100.0)
+    ticking = fed.clients[first] = Ticking(fed.clients[first], clock, 100.0)
     result = train(cfg, tmp_path / "run", progress=False, federation=fed)
-    assert result.rounds_done == 4
+    assert result.rounds_done == 4 and ticking.left == [None] * 4
     assert "rounds_planned" not in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
