@@ -193,12 +193,18 @@ class RoundLoop:
             begun = time.perf_counter()
             self.began = budget_clock()
             took: list[float] = []  # this process's rounds, in seconds
+            ran: list[str] = []  # the stages of the round before
             for rnd in bar:
-                if self._budget_ends_at(rnd, took, budget_clock() - self.began):
+                if self._budget_cut(rnd, took, budget_clock() - self.began):
                     bar.total = self.last
                     bar.refresh()
+                    if self.last < rnd:  # the budget ends the run before this round
+                        self._close_early(self.last, ran)
+                        bar.close()
+                        break
                 t0, c0 = time.perf_counter(), budget_clock()
-                self.topology.run_round(rnd, self.stages(rnd))
+                ran = self.stages(rnd)
+                self.topology.run_round(rnd, ran)
                 took.append(budget_clock() - c0)
                 server = {**self.topology.server().evaluate(rnd), "round_time_s": time.perf_counter() - t0}
                 self.metrics.log(rnd, "server", "round", server)
@@ -218,25 +224,42 @@ class RoundLoop:
         self.fed.strategy.finalize(self.run_dir)
         return RunResult(self.run_dir, self.last, self.metrics.rows(), self.fed)
 
-    def _budget_ends_at(self, rnd: int, took: Sequence[float], spent: float) -> bool:
-        """Whether ``time_budget_s`` makes round ``rnd`` the last: after it, by the longest round so far, there
-        would be no time for another (spent + 2 × longest > budget). Never the first round of a process (nothing
-        timed yet); the last round always runs whole, so a run passes its budget only when a round takes longer
-        than every round before it, or when the first round alone takes more than half of it."""
+    def _budget_cut(self, rnd: int, took: Sequence[float], spent: float) -> bool:
+        """Whether ``time_budget_s`` moves the last round (:attr:`last`) before round ``rnd`` starts: to ``rnd - 1``
+        when ``rnd`` would end past the budget by the longest round so far (spent + longest > budget) and the
+        strategy allows it (:meth:`Strategy.may_end_after`), else to ``rnd`` when there would be no time for another
+        round after it (spent + 2 × longest > budget). Never before the first round of a process (nothing timed
+        yet); a round that started runs whole, so a run passes its budget only by a round that takes longer than
+        every round before it, or by the last round a strategy needs."""
         budget = self.cfg.time_budget_s
-        if budget is None or not took or rnd >= self.last or spent + 2 * max(took) <= budget:
+        if budget is None or not took or rnd > self.last:
+            return False
+        longest = max(took)
+        if spent + longest > budget and self.topology.server().may_end_after(rnd - 1):
+            last = rnd - 1
+        elif rnd < self.last and spent + 2 * longest > budget:
+            last = rnd
+        else:
             return False
         log.info(
             "time budget: round %d is the last of %d planned (%.1f s spent, the longest round %.1f s, budget %.1f s)",
-            rnd,
+            last,
             self.last,
             spent,
-            max(took),
+            longest,
             budget,
         )
-        self.last = rnd
-        self.topology.end_at(rnd)
+        self.last = last
+        self.topology.end_at(last)
         return True
+
+    def _close_early(self, rnd: int, ran: Sequence[str]) -> None:
+        """Round ``rnd``, already run, became the last: it is evaluated if ``evaluate_every`` skipped it, and its
+        checkpoint saved again with that evaluation."""
+        if "evaluate" in ran or "evaluate" not in self.stages(rnd):
+            return
+        self.topology.run_round(rnd, ["evaluate"])
+        self.ckpts.save(rnd, self._snapshot(rnd))
 
     def stages(self, rnd: int) -> list[str]:
         """The round's declared stages; ``evaluate`` only every ``evaluate_every`` rounds and at the last."""

@@ -110,6 +110,11 @@ class Strategy(ABC):
         more in its last round (evaluation, counts) does it in round ``rnd``."""
         self.rounds = int(rnd)
 
+    def may_end_after(self, rnd: int) -> bool:
+        """Whether round ``rnd``, already run, may become the last after the fact: False when the last round does
+        work round ``rnd`` did not (the time budget then runs one more round as the last)."""
+        return True
+
     @abstractmethod
     def declare_stages(self) -> Sequence[Stage]:
         """Every stage this strategy may run, each declared once."""

@@ -194,6 +194,10 @@ class FedNSLKGStrategy(RuleLearningStrategy):
     def _counts_round(self, rnd: int) -> bool:
         return self.cfg.counts == "every" or (self.cfg.counts == "last" and rnd >= self.rounds)
 
+    def may_end_after(self, rnd: int) -> bool:
+        """Not with ``counts: last`` unless round ``rnd`` counted: the counts come from the last round's clients."""
+        return self.cfg.counts != "last" or self._counts_round(rnd)
+
     def refuse(self, learner: Learner, rnd: int, cid: str, msg: Message) -> str | None:
         """Counts beyond the client's round-1 training facts (:func:`.exchange.refusal`)."""
         return refusal(self.facts.get(cid), self.proposal(learner, rnd), msg, self.num_entities)

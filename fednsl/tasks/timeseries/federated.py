@@ -247,6 +247,10 @@ class TSStrategy(Strategy):
             return list(clients)
         return None
 
+    def may_end_after(self, rnd: int) -> bool:
+        """Not with ``final_round_all`` unless round ``rnd`` was the planned last: its training took every client."""
+        return not self.cfg.final_round_all or rnd >= self.rounds
+
     def configure_evaluate(self, rnd: int, clients: Sequence[str]) -> Message | dict[str, Message]:
         return Message("evaluate", rnd, config={"split": self.cfg.eval_split})
 

@@ -224,6 +224,25 @@ def test_time_budget_makes_the_round_before_the_overrun_the_last(
     assert "time budget: round 3 is the last of 5 planned" in (tmp_path / "run" / "run.log").read_text()
 
 
+def test_time_budget_stops_before_a_round_that_would_end_past_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A first round of 6 s against a budget of 10 s: a second would end at 12 s, so the run stops after round 1,
+    which becomes the last: evaluated (evaluate_every skipped it), its strategy told, its checkpoint saved again."""
+    clock = [0.0]
+    monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])
+    cfg = config(rounds=4, evaluate_every=2)
+    cfg.time_budget_s = 10.0
+    fed = build_federation(cfg)
+    first = sorted(fed.clients)[0]
+    fed.clients[first] = Ticking(fed.clients[first], clock, 6.0)
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    assert result.rounds_done == 1 and clock[0] == 6.0 and result.federation.strategy.rounds == 1
+    rows = [r for r in result.rows if r["scope"] == "server"]
+    assert {r["round"] for r in rows} == {1} and [r["round"] for r in rows if r["stage"] == "evaluate"] == [1]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final"]["evaluate"]
+    assert [r for r, _ in [Checkpoints(tmp_path / "run").latest()]] == [1]
+    assert "time budget: round 1 is the last of 4 planned" in (tmp_path / "run" / "run.log").read_text()
+
+
 def test_no_time_budget_runs_every_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     clock = [0.0]
     monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])

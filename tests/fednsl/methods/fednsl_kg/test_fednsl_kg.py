@@ -37,6 +37,7 @@ from kg.kg_sources import load_kg
 from kg.kg_synthetic import planted_kg
 from kg.linkpred import RankingMetrics
 from kg.triples import write_triples
+from rules.store import RuleStore
 from rules.workers import spawn_map
 
 CONFIG = "configs/fednsl_kg_synthetic.yaml"
@@ -509,27 +510,31 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert again.valid_choice["constants"] == chosen["constant_rules"]
 
 
-def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Path) -> None:
-    """Under ``time_budget_s`` each train request carries the round's seconds left; with almost none, the first
-    fit keeps its first way (simple paths, without constants) and names the three it did not fit in the run log,
-    metrics.jsonl and summary.json; the budget then makes round 2 the last of 3."""
+@pytest.mark.parametrize(("counts", "rounds"), [("every", 1), ("last", 2)])
+def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Path, counts: str, rounds: int) -> None:
+    """Under ``time_budget_s`` each train request carries the seconds left; with almost none, the first fit keeps
+    its first way (simple paths, without constants) and names the three it did not fit in the run log,
+    metrics.jsonl and summary.json. A second round would end past the budget: round 1 is the last of 3 when it
+    counted its rules (``counts: every``); with ``counts: last`` round 2 runs as the last, so the rules get counts."""
     over = [
         *FAST,
         "rounds=3",
         "time_budget_s=0.001",
+        f"method_kwargs.counts={counts}",
         "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, constants: auto, "
         "constant_rules: 20}",
     ]
     out = tmp_path / "budget"
     result = train(load_config(CONFIG, over), out, progress=False)
     s = json.loads((out / "summary.json").read_text())
-    assert (s["rounds"], s["rounds_planned"]) == (2, 3) and result.rounds_done == 2
+    assert (s["rounds"], s["rounds_planned"]) == (rounds, 3) and result.rounds_done == rounds
+    assert not RuleStore.load(out).missing_counts()
     assert s["chosen_on_valid"]["c0"] == {"paths": "simple", "constant_rules": "off", "ways_not_fitted": 3}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [v for row in rows for k, v in row.items() if k.endswith("ways_not_fitted")][:1] == [3.0]
     text = (out / "run.log").read_text()
     assert "not fitted within the time budget: walks, simple+constants, walks+constants" in text
-    assert "time budget: round 2 is the last of 3 planned" in text
+    assert f"time budget: round {rounds} is the last of 3 planned" in text
 
 
 def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -210,3 +210,14 @@ def test_baselines_run_end_to_end(method, tmp_path):
     assert ("s_mse" in last) == (method == "ts-ifca")
     trained = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "train"]
     assert [r["train.replies"] for r in trained] == [2, 4]  # fraction 0.5, then every client in the last round
+
+
+@pytest.mark.parametrize("final_round_all", [True, False])
+def test_a_time_budget_may_end_a_run_early_only_without_a_final_round_of_all_clients(final_round_all: bool) -> None:
+    """``final_round_all`` trains every client in the last round: a round that sampled half of them cannot become
+    the last after the fact (the loop's time budget then runs one more round as the last)."""
+    strategy = build_federation(tiny_config("ts_fedavg", rounds=4, final_round_all=final_round_all)).strategy
+    assert strategy.may_end_after(2) is (not final_round_all)
+    assert strategy.may_end_after(4)
+    strategy.end_at(3)
+    assert strategy.may_end_after(3)
