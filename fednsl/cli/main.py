@@ -60,8 +60,9 @@ def cli(verbose: int) -> None:
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Override a config entry, e.g. --set rounds=3 --set method_kwargs.kl_weight=0.1 "
-    "(values are parsed as YAML; repeatable).",
+    help="Override a config entry, e.g. --set rounds=3 --set method_kwargs.kl_weight=0.1, or --set "
+    "time_budget_s=600 to end the rounds early where another would not end within 600 s (values are parsed as "
+    "YAML; repeatable).",
 )
 @click.option(
     "--out",
