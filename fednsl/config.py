@@ -109,8 +109,8 @@ class RunConfig:
     engine: str = "inprocess"
     name: str | None = None
     paper: dict[str, Any] = field(default_factory=dict)
-    # seconds the rounds may take: a round is made the last when, by the longest round so far, another would not
-    # end within it (RoundLoop._budget_ends_at); None: every round of ``rounds``
+    # seconds the rounds may take: the rounds end early where, by the longest round so far, another would not end
+    # within it (RoundLoop._budget_cut); None: every round of ``rounds``
     time_budget_s: float | None = None
 
     def __post_init__(self) -> None:

@@ -415,7 +415,7 @@ class FedNSLKGClient(Client):
         mask, log_prior = p.mask.numpy(), p.log_prior.numpy()
         T, J = mask.shape
         t0 = time.perf_counter()
-        # under the run's time_budget_s, the round's seconds left bound the ways an "auto" choice fits
+        # under the run's time_budget_s, the budget's seconds left bound the ways an "auto" choice fits
         deadline = t0 + msg.config_float("time_left_s") if "time_left_s" in msg.config else None
         log = self.fit(p, msg.config_int("seed"), msg.arrays, deadline)
         t1 = time.perf_counter()
