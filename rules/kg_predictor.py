@@ -54,7 +54,14 @@ from rules.kg_nonredundant import (
 )
 from rules.workers import WorkerPool, workers_pay
 
-__all__ = ["Aggregator", "PredictorConfig", "RulePredictor", "expected_reciprocal_rank", "reached_reciprocal_rank"]
+__all__ = [
+    "Aggregator",
+    "PredictorConfig",
+    "RulePredictor",
+    "expected_reciprocal_rank",
+    "head_shares",
+    "reached_reciprocal_rank",
+]
 
 Aggregator = Literal["sum", "max", "noisy-or"]
 PathsChoice = Literal["walks", "simple", "auto"]
@@ -672,6 +679,8 @@ class RulePredictor:
         ``time.perf_counter()`` value): under paths or constants "auto" the ways (:meth:`_variants`) are fitted one
         after the other, all heads each, and a further way only when, by the longest way so far, it would end
         before the deadline; the choice is made among the ways fitted (the first always is; log ``ways_skipped``).
+        Within a way each head trains until its share of the time left (:func:`head_shares`) has passed, then is
+        evaluated on valid and stops (its log's ``budget_cut_epoch``; the fit log's ``heads_cut``, the kept way's).
         Returns a log {heads: {q: {...}}, seconds, valid}.
         """
         cfg = self.config
@@ -707,13 +716,15 @@ class RulePredictor:
                     log["ways_skipped"] = [_label(*v) for v in variants[i:]]
                     break
                 began = time.perf_counter()
-                fits[_label(*way)] = self._fit_way(todo, way, job, pool, work)
+                fits[_label(*way)] = self._fit_way(todo, way, job, pool, work, deadline)
                 took.append(time.perf_counter() - began)
         self._mined = {}
         if len(variants) > 1:
             log.update(self._choose(todo, log["heads"], fits))
         else:
             self._keep(todo, log["heads"], fits[_label(*variants[0])])
+        if deadline is not None:
+            log["heads_cut"] = sum(1 for q in todo if "budget_cut_epoch" in log["heads"][q])
         if cfg.constant_rules > 0:
             log["constant_rules"] = sum(len(self.constants[q]) for q in todo if q in self.constants)
         if cfg.nonredundant:
@@ -730,22 +741,35 @@ class RulePredictor:
         job: _FitJob,
         pool: WorkerPool[tuple[RulePredictor, _FitJob]] | None,
         work: Sequence[int],
+        deadline: float | None = None,
     ) -> dict[int, _Trial]:
-        """Fit every head one way (paths, with rules with constants): in the ``pool``'s processes when given, the
-        largest ``work`` first; the heads are independent (own seed, own model), so the fits equal the one-process
-        fits. Returns head -> (its log, its model, its rules with constants or None)."""
+        """Fit every head one way (paths, with rules with constants), the largest ``work`` first, in the ``pool``'s
+        processes when given; the heads are independent (own seed, own model), so the fits equal the one-process
+        fits. With a ``deadline`` each head stops training at its :func:`head_shares` share of the time left when
+        it starts. Returns head -> (its log, its model, its rules with constants or None)."""
+        order = sorted(range(len(heads)), key=lambda i: -work[i])  # as WorkerPool.map takes them
+        shares = head_shares([work[i] for i in order], 1 if pool is None else pool.workers)
+        budget: list[tuple[float, float] | None] = [None] * len(heads)
+        if deadline is not None:
+            for i, share in zip(order, shares, strict=True):
+                budget[i] = (deadline, share)
         if pool is not None:
-            done = pool.map(_worker_fit, [(q, way, self._mined.get(q)) for q in heads], work)
+            items = [(q, way, self._mined.get(q), b) for q, b in zip(heads, budget, strict=True)]
+            done = pool.map(_worker_fit, items, work)
         else:
-            done = [self._fit_head(q, way, job) for q in heads]
+            by_order = {i: self._fit_head(heads[i], way, job, budget[i]) for i in order}
+            done = [by_order[i] for i in range(len(heads))]
         for q, (_, _, rules) in zip(heads, done, strict=True):
             if rules is not None:
                 self._mined[q] = rules  # the next way with constants takes them as they are
         return dict(zip(heads, done, strict=True))
 
-    def _fit_head(self, q: int, way: tuple[Paths, bool], job: _FitJob) -> _Trial:
+    def _fit_head(
+        self, q: int, way: tuple[Paths, bool], job: _FitJob, budget: tuple[float, float] | None = None
+    ) -> _Trial:
         """Fit head q one way: with its ``constant_rules`` rules with constants (mined on the first way that needs
-        them) or without; returns its log, its model and those rules (None without)."""
+        them) or without; ``budget`` (deadline, share) as in :meth:`_fit_head_on`. Returns its log, its model and
+        those rules (None without)."""
         paths, constants = way
         rules = None
         if constants:
@@ -764,7 +788,7 @@ class RulePredictor:
             self.constants[q] = rules
         else:
             self.constants.pop(q, None)
-        head_log = self._fit_head_on(q, paths, job)
+        head_log = self._fit_head_on(q, paths, job, budget)
         return head_log, self.models[q], rules
 
     def _keep(self, heads: Sequence[int], logs: dict[int, dict[str, Any]], fits: Mapping[int, _Trial]) -> None:
@@ -819,11 +843,18 @@ class RulePredictor:
             out["constants_valid_mrr"] = _tried(pooled, {"off": _label(paths, False), "on": _label(paths, True)})
         return out
 
-    def _fit_head_on(self, q: int, paths: Paths, job: _FitJob) -> dict[str, Any]:
-        """Fit head q's model with its bodies grounded as ``paths``; returns the head's log."""
+    def _fit_head_on(
+        self, q: int, paths: Paths, job: _FitJob, budget: tuple[float, float] | None = None
+    ) -> dict[str, Any]:
+        """Fit head q's model with its bodies grounded as ``paths``; returns the head's log. ``budget`` (deadline,
+        share): training stops after the first epoch that ends ``share`` of the time from this call to the deadline
+        later (at once after epoch 1 when the deadline has passed); the head is then evaluated on valid and keeps
+        its best evaluated weights as usual, and its log gives ``budget_cut_epoch``."""
         train_dir, valid_dir, known_train, known_valid, epochs, seed = job
         cfg = self.config
         t0 = time.perf_counter()
+        stop_at = None if budget is None else t0 + budget[1] * max(0.0, budget[0] - t0)
+        cut = 0
         rng = np.random.default_rng([seed, q])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         rows = train_dir[train_dir[:, 1] == q][:, [0, 2]]
@@ -885,7 +916,8 @@ class RulePredictor:
                 opt.zero_grad()
                 (loss + reg).backward()
                 opt.step()
-            if valid_batches and (epoch % cfg.eval_every == 0 or epoch == epochs):
+            out_of_time = stop_at is not None and epoch < epochs and time.perf_counter() >= stop_at
+            if valid_batches and (epoch % cfg.eval_every == 0 or epoch == epochs or out_of_time):
                 mrr = self._mrr(model, valid_batches)
                 history.append((epoch, mrr))
                 if mrr > best[0]:
@@ -896,6 +928,9 @@ class RulePredictor:
                     bad += 1
                     if bad >= cfg.patience:
                         break
+            if out_of_time:
+                cut = epoch
+                break
         if valid_batches:
             with torch.no_grad():
                 for p, b in zip(params, best_state):
@@ -921,6 +956,7 @@ class RulePredictor:
             "history": history,
             "cached": cached,
             "seconds": time.perf_counter() - t0,
+            **({"budget_cut_epoch": cut} if cut else {}),
             **({"nonredundant": nr} if cfg.nonredundant else {}),
         }
 
@@ -1137,17 +1173,30 @@ class RulePredictor:
         return {q: rule_statistics(self._graph_of(q), q, bodies) for q, bodies in self.bodies.items() if bodies}
 
 
+def head_shares(work: Sequence[int], processes: int) -> list[float]:
+    """Each head's share of the time left when it starts, for heads fitted in this order by ``processes``
+    processes: its work over the work still to do from it on, times the processes, at most 1, so heads that end
+    early leave their time to later ones and the last heads may take all that is left. A head without work: 1.
+
+    >>> head_shares([30, 10, 10], 1)
+    [0.6, 0.5, 1.0]
+    """
+    left = np.cumsum(np.asarray(work, dtype=np.float64)[::-1])[::-1]
+    return [1.0 if w <= 0 else min(1.0, processes * w / r) for w, r in zip(work, left.tolist(), strict=True)]
+
+
 def _worker_fit(
-    shared: tuple[RulePredictor, _FitJob], item: tuple[int, tuple[Paths, bool], ConstantRules | None]
+    shared: tuple[RulePredictor, _FitJob],
+    item: tuple[int, tuple[Paths, bool], ConstantRules | None, tuple[float, float] | None],
 ) -> _Trial:
     """Fit head q one way in a worker (``shared``: its copy of the predictor and the fit's arguments; ``item``: q,
-    the way, and q's rules with constants when an earlier way mined them): :meth:`RulePredictor._fit_head`'s log,
-    model and rules with constants."""
+    the way, q's rules with constants when an earlier way mined them, and its time budget or None):
+    :meth:`RulePredictor._fit_head`'s log, model and rules with constants."""
     predictor, job = shared
-    q, way, mined = item
+    q, way, mined, budget = item
     if mined is not None:
         predictor._mined[q] = mined
-    fitted = predictor._fit_head(q, way, job)
+    fitted = predictor._fit_head(q, way, job, budget)
     del predictor.models[q]
     predictor.constants.pop(q, None)
     predictor._mined.pop(q, None)

@@ -51,6 +51,7 @@ class WorkerPool(Generic[S]):
 
     def __init__(self, workers: int, shared: S):
         ctx = multiprocessing.get_context("spawn")
+        self.workers = workers
         self.pool = ProcessPoolExecutor(workers, ctx, initializer=_init, initargs=(shared,))
 
     def __enter__(self) -> WorkerPool[S]:

@@ -14,6 +14,7 @@ from rules.kg_predictor import (
     PredictorConfig,
     RulePredictor,
     expected_reciprocal_rank,
+    head_shares,
     reached_reciprocal_rank,
 )
 from rules.workers import MIN_PARALLEL_WORK
@@ -390,9 +391,7 @@ def test_design_is_the_canonical_csr_of_the_groundings(batch_nnz: int) -> None:
         want_cells, inverse = np.unique(batch.flat.numpy(), return_inverse=True)
         cols = batch.rule.numpy()[:, None] * 2 + np.arange(2)[None, :]
         feats = p._phi(batch).numpy()
-        want = sp.csr_matrix(
-            (feats.ravel(), (np.repeat(inverse, 2), cols.ravel())), shape=phi.shape, dtype=np.float32
-        )
+        want = sp.csr_matrix((feats.ravel(), (np.repeat(inverse, 2), cols.ravel())), shape=phi.shape, dtype=np.float32)
         np.testing.assert_array_equal(cells.numpy(), want_cells)
         assert phi.has_canonical_format
         for a, b in [(phi.indptr, want.indptr), (phi.indices, want.indices), (phi.data, want.data)]:
@@ -574,7 +573,9 @@ def test_worker_processes_fit_the_same_weights_as_one_process(
         np.testing.assert_array_equal(m.h_score, two.models[q].h_score)
     assert {q: len(c) for q, c in one.constants.items()} == {q: len(c) for q, c in two.constants.items()}
     assert log1.get("constant_rules") == log2.get("constant_rules")
-    assert log1.get("paths") == log2.get("paths") and {m.paths for m in two.models.values()} <= {log2.get("paths", paths)}
+    assert log1.get("paths") == log2.get("paths") and {m.paths for m in two.models.values()} <= {
+        log2.get("paths", paths)
+    }
     queries = torch.from_numpy(np.concatenate([test[:, [0, 1]], test[:, [2, 1]] + [0, 3]]))
     assert torch.equal(one.score(queries), two.score(queries))
     for q in log1["heads"]:  # the same log, apart from the time each head took
@@ -627,7 +628,9 @@ def test_auto_paths_keep_the_way_with_the_better_pooled_valid_mrr() -> None:
     pooled = {}
     for way in ("simple", "walks"):
         heads = [h for h in fits[way][1]["heads"].values() if h.get("valid_queries")]
-        pooled[way] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(h["valid_queries"] for h in heads)
+        pooled[way] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(
+            h["valid_queries"] for h in heads
+        )
     assert log["paths_valid_mrr"] == pytest.approx(pooled)
     want = "simple" if pooled["simple"] >= pooled["walks"] else "walks"
     assert log["paths"] == want
@@ -708,8 +711,9 @@ def test_auto_constants_keep_the_way_with_the_better_pooled_valid_mrr(paths: str
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a deadline the ways are fitted one after the other and a further one only if, by the longest so far, it
-    ends in time: a deadline already passed keeps the first way (simple paths, without constants), equal to its
-    one-way fit, and names the others in ``ways_skipped``; a far deadline fits all four as without one."""
+    ends in time: a deadline already passed keeps the first way (simple paths, without constants) and names the
+    others in ``ways_skipped``; its heads stop training after epoch 1 (``budget_cut_epoch``), so the fit equals
+    that way's one-epoch fit. A far deadline fits all four as without one and cuts no head."""
     import time
 
     from kg.grounding.sparse import SparseGraph
@@ -731,14 +735,32 @@ def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: p
     assert log["ways_skipped"] == ["walks", "simple+constants", "walks+constants"]
     assert (log["paths"], log["constants"], log["constant_rules"]) == ("simple", "off", 0)
     assert list(log["trials_valid_mrr"]) == ["simple"] and list(log["constants_valid_mrr"]) == ["off"]
-    one, _ = fit(replace(base, paths="simple", constant_rules=0))
+    trained = [q for q, h in log["heads"].items() if h["train_queries"]]
+    assert trained and log["heads_cut"] == len(trained)
+    assert all(log["heads"][q]["budget_cut_epoch"] == 1 for q in trained)
+    one, one_log = fit(replace(base, paths="simple", constant_rules=0, epochs=1))
+    assert "heads_cut" not in one_log
     queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
     assert torch.equal(cut.score(queries), one.score(queries))
     full, log = fit(auto, deadline=time.perf_counter() + 3600.0)
-    assert "ways_skipped" not in log and len(log["trials_valid_mrr"]) == 4
+    assert "ways_skipped" not in log and len(log["trials_valid_mrr"]) == 4 and log["heads_cut"] == 0
     free, free_log = fit(auto)
     assert log["trials_valid_mrr"] == free_log["trials_valid_mrr"]
     assert torch.equal(full.score(queries), free.score(queries))
+
+
+def test_head_shares_give_each_head_its_part_of_the_time_left() -> None:
+    """A head's share of the time left when it starts: its work over the work from it on, times the processes, at
+    most 1; the last head may take all that is left, and a head without work is not bounded by its share."""
+    assert head_shares([30, 10, 10], 1) == pytest.approx([0.6, 0.5, 1.0])
+    assert head_shares([30, 10, 10, 10], 2) == pytest.approx([1.0, 2 / 3, 1.0, 1.0])
+    assert head_shares([0, 5], 1) == [1.0, 1.0]
+    # one process: after heads that each take exactly their share, the time left is shared out by work
+    work, left, spent = [40, 30, 20, 10], 100.0, []
+    for share in head_shares(work, 1):
+        spent.append(share * left)
+        left -= spent[-1]
+    assert spent == pytest.approx([40.0, 30.0, 20.0, 10.0]) and left == pytest.approx(0.0)
 
 
 def test_auto_constants_need_constant_rules() -> None:

@@ -116,6 +116,7 @@ TRAIN_METRICS = (
     "simple_paths",
     "constant_rules_on",
     "ways_not_fitted",
+    "heads_cut_by_budget",
     "time_fit_s",
     "time_counts_s",
 )

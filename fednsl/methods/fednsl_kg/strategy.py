@@ -62,7 +62,14 @@ log = logging.getLogger("fednsl.methods.fednsl_kg")
 
 
 #: the train-reply metrics that say what a client's fit chose on its valid split
-CHOSEN_METRICS = ("simple_paths", "constant_rules_on", "ways_not_fitted", "heads_nonredundant", "heads_with_valid")
+CHOSEN_METRICS = (
+    "simple_paths",
+    "constant_rules_on",
+    "ways_not_fitted",
+    "heads_cut_by_budget",
+    "heads_nonredundant",
+    "heads_with_valid",
+)
 
 
 def _described(got: Mapping[str, float]) -> dict[str, Any]:
@@ -75,6 +82,8 @@ def _described(got: Mapping[str, float]) -> dict[str, Any]:
         out["constant_rules"] = "on" if got["constant_rules_on"] else "off"
     if got.get("ways_not_fitted"):  # the choice was made among the ways fitted within the time budget
         out["ways_not_fitted"] = int(got["ways_not_fitted"])
+    if got.get("heads_cut_by_budget"):  # heads whose training the time budget ended
+        out["heads_cut_by_budget"] = int(got["heads_cut_by_budget"])
     if "heads_nonredundant" in got:
         out["nonredundant_heads"] = int(got["heads_nonredundant"])
         out["heads_with_valid_queries"] = int(got.get("heads_with_valid", 0))

@@ -514,8 +514,9 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
 def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Path, counts: str, rounds: int) -> None:
     """Under ``time_budget_s`` each train request carries the seconds left; with almost none, the first fit keeps
     its first way (simple paths, without constants) and names the three it did not fit in the run log,
-    metrics.jsonl and summary.json. A second round would end past the budget: round 1 is the last of 3 when it
-    counted its rules (``counts: every``); with ``counts: last`` round 2 runs as the last, so the rules get counts."""
+    metrics.jsonl and summary.json, and every head it trains stops after one epoch, which the same three report.
+    A second round would end past the budget: round 1 is the last of 3 when it counted its rules (``counts:
+    every``); with ``counts: last`` round 2 runs as the last, so the rules get counts."""
     over = [
         *FAST,
         "rounds=3",
@@ -529,11 +530,17 @@ def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Pat
     s = json.loads((out / "summary.json").read_text())
     assert (s["rounds"], s["rounds_planned"]) == (rounds, 3) and result.rounds_done == rounds
     assert not RuleStore.load(out).missing_counts()
-    assert s["chosen_on_valid"]["c0"] == {"paths": "simple", "constant_rules": "off", "ways_not_fitted": 3}
+    chosen = s["chosen_on_valid"]["c0"]
+    cut = chosen.pop("heads_cut_by_budget")
+    assert chosen == {"paths": "simple", "constant_rules": "off", "ways_not_fitted": 3}
+    predictor = result.federation.clients["c0"].predictor
+    assert predictor is not None and cut == len(predictor.bodies) > 0  # every head of this KG has training facts
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [v for row in rows for k, v in row.items() if k.endswith("ways_not_fitted")][:1] == [3.0]
+    assert [v for row in rows for k, v in row.items() if k.endswith("heads_cut_by_budget")][:1] == [float(cut)]
     text = (out / "run.log").read_text()
     assert "not fitted within the time budget: walks, simple+constants, walks+constants" in text
+    assert f"training ended by the time budget on {cut} of {cut} heads" in text
     assert f"time budget: round {rounds} is the last of 3 planned" in text
 
 
