@@ -712,8 +712,8 @@ def test_auto_constants_keep_the_way_with_the_better_pooled_valid_mrr(paths: str
 def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a deadline the ways are fitted one after the other and a further one only if, by the longest so far, it
     ends in time: a deadline already passed keeps the first way (simple paths, without constants) and names the
-    others in ``ways_skipped``; its heads stop training after epoch 1 (``budget_cut_epoch``), so the fit equals
-    that way's one-epoch fit. A far deadline fits all four as without one and cuts no head."""
+    others in ``ways_skipped``; its heads stop training at their first valid evaluation (``budget_cut_epoch`` 2),
+    so the fit equals that way's two-epoch fit. A far deadline fits all four as without one and cuts no head."""
     import time
 
     from kg.grounding.sparse import SparseGraph
@@ -724,7 +724,7 @@ def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: p
     kg = load_kg("synthetic:0")
     E, R = kg.num_entities, kg.num_relations
     bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=8, seed=0)
-    base = PredictorConfig(epochs=5, eval_every=5, constant_rules=30, workers=workers)
+    base = PredictorConfig(epochs=6, eval_every=2, patience=9, constant_rules=30, workers=workers)
     auto = replace(base, paths="auto", constants="auto")
 
     def fit(cfg: PredictorConfig, deadline: float | None = None) -> tuple[RulePredictor, dict]:
@@ -737,8 +737,8 @@ def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: p
     assert list(log["trials_valid_mrr"]) == ["simple"] and list(log["constants_valid_mrr"]) == ["off"]
     trained = [q for q, h in log["heads"].items() if h["train_queries"]]
     assert trained and log["heads_cut"] == len(trained)
-    assert all(log["heads"][q]["budget_cut_epoch"] == 1 for q in trained)
-    one, one_log = fit(replace(base, paths="simple", constant_rules=0, epochs=1))
+    assert all(log["heads"][q]["budget_cut_epoch"] == 2 for q in trained)
+    one, one_log = fit(replace(base, paths="simple", constant_rules=0, epochs=2))
     assert "heads_cut" not in one_log
     queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
     assert torch.equal(cut.score(queries), one.score(queries))

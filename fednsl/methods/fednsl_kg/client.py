@@ -482,6 +482,13 @@ class FedNSLKGClient(Client):
             metrics["ways_not_fitted"] = float(len(log["ways_skipped"]))
         if "heads_cut" in log:  # heads whose training the time budget ended before early stopping did
             metrics["heads_cut_by_budget"] = float(log["heads_cut"])
+            if log["heads_cut"]:
+                logger.info(
+                    "%s: the time budget ended training after fewer epochs on %d of %d heads",
+                    self.cid,
+                    log["heads_cut"],
+                    len(log["heads"]),
+                )
         chosen = _choices_on_valid(log)
         if chosen:
             logger.info("%s: chosen on valid: %s", self.cid, "; ".join(chosen))
@@ -632,8 +639,6 @@ def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
             out.append(f"{name} {fit_log[key]}{kept} (valid MRR {each})")
     if fit_log.get("ways_skipped"):
         out.append(f"not fitted within the time budget{kept}: {', '.join(fit_log['ways_skipped'])}")
-    if fit_log.get("heads_cut"):
-        out.append(f"training ended by the time budget on {fit_log['heads_cut']} of {len(fit_log['heads'])} heads")
     if "nonredundant_heads" in fit_log:
         out.append(
             f"non-redundant noisy-OR on {fit_log['nonredundant_heads']} of {_heads_with_valid(fit_log)} heads with "

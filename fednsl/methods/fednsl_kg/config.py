@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from fednsl.config import REPO_ROOT
-from fednsl.option_types import check_option_types
+from fednsl.registry import build_kwargs
 from fednsl.tasks.rule_learning.options import GeneratorOptions
 from rules.kg_mining import RANK_BY
 from rules.kg_predictor import PredictorConfig
@@ -162,16 +162,9 @@ class FedNSLKGConfig:
         if self.temperature <= 0 or self.kl_weight < 0:
             raise ValueError("method_kwargs (fednsl-kg): temperature must be > 0 and kl_weight >= 0")
         check_mining(self.mining)
-        known = {f.name for f in fields(PredictorConfig)}
-        unknown = sorted(set(self.predictor) - known)
-        if unknown:
-            raise ValueError(
-                f"method_kwargs.predictor (fednsl-kg): unknown option(s) {', '.join(unknown)}; "
-                f"expected some of {', '.join(sorted(known))}"
-            )
-        check_option_types(PredictorConfig, self.predictor, "method_kwargs.predictor (fednsl-kg)")
+        predictor = build_kwargs(PredictorConfig, self.predictor, "method_kwargs.predictor (fednsl-kg)")
         try:  # the values, in the predictor's own words, before any round
-            PredictorConfig(**self.predictor).check()
+            predictor.check()
         except ValueError as exc:
             raise ValueError(f"method_kwargs.predictor (fednsl-kg): {exc}") from None
 
