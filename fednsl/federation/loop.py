@@ -168,6 +168,7 @@ class RoundLoop:
         self.ids = sorted(federation.clients)
         self.last = config.rounds  # the last round: ``time_budget_s`` may make it an earlier one
         self.began: float | None = None  # the budget clock when the rounds began (under ``time_budget_s``)
+        self.unbounded: int | None = None  # a round run past the budget as the last one the strategy needs
 
     # -- the loop --------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -230,17 +231,23 @@ class RoundLoop:
         strategy allows it (:meth:`Strategy.may_end_after`), else to ``rnd`` when there would be no time for another
         round after it (spent + 2 × longest > budget). Never before the first round of a process (nothing timed
         yet); a round that started runs whole, so a run passes its budget only by a round that takes longer than
-        every round before it, or by the last round a strategy needs."""
+        every round before it, or by the last round a strategy needs. That round (:attr:`unbounded`) runs as
+        without a budget: its requests carry no ``time_left_s``."""
         budget = self.cfg.time_budget_s
         if budget is None or not took or rnd > self.last:
             return False
         longest = max(took)
-        if spent + longest > budget and self.topology.server().may_end_after(rnd - 1):
+        over = spent + longest > budget
+        if over and self.topology.server().may_end_after(rnd - 1):
             last = rnd - 1
-        elif rnd < self.last and spent + 2 * longest > budget:
-            last = rnd
         else:
-            return False
+            if over:  # the strategy needs this round as its last although it ends past the budget
+                self.unbounded = rnd
+                log.info("time budget: round %d runs past the budget, as the last round the method needs", rnd)
+            if rnd < self.last and spent + 2 * longest > budget:
+                last = rnd
+            else:
+                return False
         log.info(
             "time budget: round %d is the last of %d planned (%.1f s spent, the longest round %.1f s, budget %.1f s)",
             last,
@@ -271,10 +278,10 @@ class RoundLoop:
     # -- what every topology uses ----------------------------------------------------------------------------
     def seeded(self, cid: str, msg: Message, rnd: int, stage: str, sender: str | None = None) -> Message:
         """The message as ``cid`` receives it: with its seed for (round, stage), under ``time_budget_s`` the
-        budget's seconds left as it is sent (``time_left_s``: a client may fit its work to them) and, optionally, a
-        sender."""
+        budget's seconds left as it is sent (``time_left_s``: a client may fit its work to them; not in a round
+        run past the budget because the strategy needs it) and, optionally, a sender."""
         config = {**msg.config, "seed": client_seed(self.cfg.seed, rnd, stage, self.ids.index(cid))}
-        if self.cfg.time_budget_s is not None and self.began is not None:
+        if self.cfg.time_budget_s is not None and self.began is not None and rnd != self.unbounded:
             config["time_left_s"] = self.cfg.time_budget_s - (budget_clock() - self.began)
         return replace(msg, config=config, sender=msg.sender if sender is None else sender)
 

@@ -19,10 +19,15 @@ TIMING = ("time_s", "bytes")
 
 
 def config(rounds: int = 3, **fed) -> RunConfig:
-    return RunConfig(method="fedavg", rounds=rounds, seed=7, name="t",
-                     data={"num_clients": 5, "samples_per_client": 60, "features": 4},
-                     method_kwargs={"hidden": 8},
-                     federation={"min_clients": 2, "client_timeout_s": 5.0, **fed})
+    return RunConfig(
+        method="fedavg",
+        rounds=rounds,
+        seed=7,
+        name="t",
+        data={"num_clients": 5, "samples_per_client": 60, "features": 4},
+        method_kwargs={"hidden": 8},
+        federation={"min_clients": 2, "client_timeout_s": 5.0, **fed},
+    )
 
 
 def strip(rows):
@@ -101,6 +106,7 @@ def test_quorum_loss_skips_stage_and_keeps_weights(tmp_path: Path):
 
 def test_quorum_loss_abort_mode_raises(tmp_path: Path):
     from fednsl.federation.runner import QuorumLostError
+
     cfg = config(rounds=1, min_clients=5, on_quorum_loss="abort")
     fed = build_federation(cfg)
     cid = sorted(fed.clients)[0]
@@ -158,8 +164,13 @@ def test_privacy_boundary_only_declared_fields_leave_clients(tmp_path: Path):
     seen: list[tuple[str, Message]] = []
     cfg = config(rounds=2)
     fed = build_federation(cfg)
-    train(cfg, tmp_path / "r", progress=False, federation=fed,
-          message_hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None)
+    train(
+        cfg,
+        tmp_path / "r",
+        progress=False,
+        federation=fed,
+        message_hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None,
+    )
     assert seen
     raw = {cid: c.data for cid, c in fed.clients.items()}
     for cid, msg in seen:
@@ -167,7 +178,9 @@ def test_privacy_boundary_only_declared_fields_leave_clients(tmp_path: Path):
         assert set(msg.arrays) <= schema.array_names()
         assert set(msg.metrics) <= set(schema.metrics) and not msg.config
         for arr in msg.arrays.values():  # no raw sample or label travels
-            assert arr.shape[-1:] != raw[cid].x_train.shape[-1:] or arr.ndim != 2 or arr.shape[0] != len(raw[cid].x_train)
+            assert (
+                arr.shape[-1:] != raw[cid].x_train.shape[-1:] or arr.ndim != 2 or arr.shape[0] != len(raw[cid].x_train)
+            )
             assert not np.array_equal(arr.ravel()[: raw[cid].y_train.size], raw[cid].y_train)
 
 
@@ -241,6 +254,28 @@ def test_time_budget_stops_before_a_round_that_would_end_past_it(tmp_path: Path,
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["final"]["evaluate"]
     assert [r for r, _ in [Checkpoints(tmp_path / "run").latest()]] == [1]
     assert "time budget: round 1 is the last of 4 planned" in (tmp_path / "run" / "run.log").read_text()
+
+
+def test_a_last_round_the_strategy_needs_runs_past_the_budget_without_a_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A first round of 6 s against a budget of 10 s, and a strategy that may not end after a round already run
+    (``may_end_after`` False, as fednsl-kg with ``counts: last``): round 2 runs as the last although it ends past
+    the budget, and its requests carry no ``time_left_s``, so clients fit their work as without a budget."""
+    clock = [0.0]
+    monkeypatch.setattr("fednsl.federation.loop.budget_clock", lambda: clock[0])
+    cfg = config(rounds=4)
+    cfg.time_budget_s = 10.0
+    fed = build_federation(cfg)
+    monkeypatch.setattr(fed.strategy, "may_end_after", lambda rnd: False)
+    first = sorted(fed.clients)[0]
+    ticking = fed.clients[first] = Ticking(fed.clients[first], clock, 6.0)
+    result = train(cfg, tmp_path / "run", progress=False, federation=fed)
+    assert result.rounds_done == 2 and result.federation.strategy.rounds == 2
+    assert ticking.left == [10.0, None]
+    text = (tmp_path / "run" / "run.log").read_text()
+    assert "time budget: round 2 runs past the budget, as the last round the method needs" in text
+    assert "time budget: round 2 is the last of 4 planned" in text
 
 
 def test_no_time_budget_runs_every_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
