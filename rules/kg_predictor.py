@@ -679,9 +679,9 @@ class RulePredictor:
         ``time.perf_counter()`` value): under paths or constants "auto" the ways (:meth:`_variants`) are fitted one
         after the other, all heads each, and a further way only when, by the longest way so far, it would end
         before the deadline; the choice is made among the ways fitted (the first always is; log ``ways_skipped``).
-        Within a way each head stops training at its first valid evaluation after its share of the time left
-        (:func:`head_shares`) has passed (its log's ``budget_cut_epoch``; the fit log's ``heads_cut``, the kept
-        way's), so at ``eval_every`` epochs at the least.
+        Within a way each head stops training once its share of the time left (:func:`head_shares`) has passed,
+        after ``eval_every`` epochs at the least, and is evaluated on valid there (its log's ``budget_cut_epoch``;
+        the fit log's ``heads_cut``, the kept way's).
         Returns a log {heads: {q: {...}}, seconds, valid}.
         """
         cfg = self.config
@@ -746,8 +746,8 @@ class RulePredictor:
     ) -> dict[int, _Trial]:
         """Fit every head one way (paths, with rules with constants), the largest ``work`` first, in the ``pool``'s
         processes when given; the heads are independent (own seed, own model), so the fits equal the one-process
-        fits. With a ``deadline`` each head stops training at the first valid evaluation after its
-        :func:`head_shares` share of the time left when it starts. Returns head -> (its log, its model, its rules with constants or None)."""
+        fits. With a ``deadline`` each head stops training once its :func:`head_shares` share of the time left
+        when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its model, its rules with constants or None)."""
         order = sorted(range(len(heads)), key=lambda i: -work[i])  # as WorkerPool.map takes them
         shares = head_shares([work[i] for i in order], 1 if pool is None else pool.workers)
         budget: list[tuple[float, float] | None] = [None] * len(heads)
@@ -848,9 +848,10 @@ class RulePredictor:
         self, q: int, paths: Paths, job: _FitJob, budget: tuple[float, float] | None = None
     ) -> dict[str, Any]:
         """Fit head q's model with its bodies grounded as ``paths``; returns the head's log. ``budget`` (deadline,
-        share): training stops at the first valid evaluation (every ``eval_every`` epochs, so never before the
-        first) that ends ``share`` of the time from this call to the deadline later, or later still; the head keeps
-        its best evaluated weights as under early stopping, and its log gives ``budget_cut_epoch``."""
+        share): training stops after the first epoch that ends ``share`` of the time from this call to the
+        deadline later, but never before epoch ``eval_every`` (the first valid evaluation); the head is then
+        evaluated on valid and keeps its best evaluated weights as under early stopping, and its log gives
+        ``budget_cut_epoch``."""
         train_dir, valid_dir, known_train, known_valid, epochs, seed = job
         cfg = self.config
         t0 = time.perf_counter()
@@ -917,9 +918,8 @@ class RulePredictor:
                 opt.zero_grad()
                 (loss + reg).backward()
                 opt.step()
-            at_eval = epoch % cfg.eval_every == 0
-            out_of_time = stop_at is not None and at_eval and epoch < epochs and time.perf_counter() >= stop_at
-            if valid_batches and (at_eval or epoch == epochs):
+            out_of_time = stop_at is not None and cfg.eval_every <= epoch < epochs and time.perf_counter() >= stop_at
+            if valid_batches and (epoch % cfg.eval_every == 0 or epoch == epochs or out_of_time):
                 mrr = self._mrr(model, valid_batches)
                 history.append((epoch, mrr))
                 if mrr > best[0]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -712,8 +713,9 @@ def test_auto_constants_keep_the_way_with_the_better_pooled_valid_mrr(paths: str
 def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a deadline the ways are fitted one after the other and a further one only if, by the longest so far, it
     ends in time: a deadline already passed keeps the first way (simple paths, without constants) and names the
-    others in ``ways_skipped``; its heads stop training at their first valid evaluation (``budget_cut_epoch`` 2),
-    so the fit equals that way's two-epoch fit. A far deadline fits all four as without one and cuts no head."""
+    others in ``ways_skipped``; its heads stop training after ``eval_every`` epochs, the least a cut leaves
+    (``budget_cut_epoch`` 2), so the fit equals that way's two-epoch fit. A far deadline fits all four as without
+    one and cuts no head."""
     import time
 
     from kg.grounding.sparse import SparseGraph
@@ -747,6 +749,50 @@ def test_a_deadline_keeps_the_ways_fitted_before_it(workers: int, monkeypatch: p
     free, free_log = fit(auto)
     assert log["trials_valid_mrr"] == free_log["trials_valid_mrr"]
     assert torch.equal(full.score(queries), free.score(queries))
+
+
+def test_a_head_stops_after_the_epoch_that_passes_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fake clock that advances 1 s per training batch (one batch an epoch), a lone head with the deadline
+    at 2.5 s passes it in epoch 3: it is evaluated there although evaluations come every 2 epochs, and stops, so
+    the fit equals a three-epoch fit. Before epoch ``eval_every`` no cut is made, however late it is."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=8, seed=0)
+    q = max((h for h in bodies if h < R), key=lambda h: int((kg.train[:, 1] == h).sum()))  # the largest head
+    cfg = PredictorConfig(paths="simple", epochs=8, eval_every=2, patience=9, batch_size=100_000)
+
+    class Clock:
+        now = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return Clock.now
+
+    loss = RulePredictor._loss
+
+    def ticking_loss(self: RulePredictor, model: Any, batch: Any) -> torch.Tensor:
+        Clock.now += 1.0
+        return loss(self, model, batch)
+
+    def fit(epochs: int, deadline: float | None) -> tuple[RulePredictor, dict]:
+        Clock.now = 0.0
+        p = RulePredictor({q: bodies[q]}, E, num_relations=R, config=replace(cfg, epochs=epochs))
+        return p, p.fit(kg.train, kg.train, valid_triples=kg.valid, heads=[q], deadline=deadline)
+
+    monkeypatch.setattr("rules.kg_predictor.time", Clock)
+    monkeypatch.setattr(RulePredictor, "_loss", ticking_loss)
+    cut, log = fit(8, 2.5)
+    assert log["heads"][q]["budget_cut_epoch"] == 3 and log["heads_cut"] == 1
+    assert [e for e, _ in log["heads"][q]["history"]] == [2, 3]
+    three, three_log = fit(3, None)
+    assert [e for e, _ in three_log["heads"][q]["history"]] == [2, 3]
+    torch.testing.assert_close(cut.models[q].weights, three.models[q].weights, rtol=0, atol=0)
+    _, late = fit(8, -10.0)  # long past: still trained up to the first evaluation
+    assert late["heads"][q]["budget_cut_epoch"] == 2
 
 
 def test_head_shares_give_each_head_its_part_of_the_time_left() -> None:

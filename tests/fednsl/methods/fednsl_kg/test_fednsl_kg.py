@@ -613,8 +613,8 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
 def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Path, counts: str, rounds: int) -> None:
     """Under ``time_budget_s`` each train request carries the seconds left; with almost none, the first fit keeps
     its first way (simple paths, without constants) and names the three it did not fit in the run log,
-    metrics.jsonl and summary.json, and every head it trains stops at its first valid evaluation (epoch 2 of 6),
-    which the same three report.
+    metrics.jsonl and summary.json, and every head it trains stops after ``eval_every`` epochs (2 of 6), the least
+    a cut leaves, which the same three report.
     A second round would end past the budget: round 1 is the last of 3 when it counted its rules (``counts:
     every``); with ``counts: last`` round 2 runs as the last, so the rules get counts, and it runs without a time
     limit (no head cut)."""
