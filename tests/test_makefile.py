@@ -32,11 +32,7 @@ def test_spin_present_prints_nothing() -> None:
 def test_test_targets_run_the_check_and_pytest() -> None:
     """`make -n` lists the recipes without running them (the venv stamp is taken as built)."""
     for target, marker in (("test", "pytest -q"), ("test-fast", 'pytest -q -m "not slow and not flower"')):
-        out = subprocess.run(
-            ["make", "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = subprocess.run(["make", "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
+                             capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "command -v spin" in out.stdout and marker in out.stdout, out.stdout

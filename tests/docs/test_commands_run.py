@@ -37,58 +37,29 @@ from tests.docs import doc_examples as ex
 pytestmark = pytest.mark.slow
 
 _TS_MODEL = [
-    "method_kwargs.model.hidden=4",
-    "method_kwargs.model.layers=1",
-    "method_kwargs.model.d_model=8",
-    "method_kwargs.model.ff=8",
-    "method_kwargs.model.enc_layers=1",
-    "method_kwargs.model.dec_layers=1",
+    "method_kwargs.model.hidden=4", "method_kwargs.model.layers=1", "method_kwargs.model.d_model=8",
+    "method_kwargs.model.ff=8", "method_kwargs.model.enc_layers=1", "method_kwargs.model.dec_layers=1",
     "method_kwargs.local_epochs=1",
 ]
 _TS_SYNTHETIC = ["data.num_clients=3", "data.days=12", "data.input_len=24", "data.horizon=6"]
 _TS_REAL = ["data.num_clients=3", "data.max_train=8", "data.max_val=4", "data.max_test=4"]
-_LOGICP = [
-    "rounds=2",
-    "method_kwargs.pretrain_rounds=1",
-    "method_kwargs.num_clusters=1",
-    "method_kwargs.cluster_epochs=1",
-]
+_LOGICP = ["rounds=2", "method_kwargs.pretrain_rounds=1", "method_kwargs.num_clusters=1", "method_kwargs.cluster_epochs=1"]
 _FEDNSL = [
-    "method_kwargs.num_samples=10",
-    "method_kwargs.scorer_steps=5",
-    "method_kwargs.generator.d_model=16",
-    "method_kwargs.generator.nhead=2",
-    "method_kwargs.generator.dim_feedforward=32",
-    "method_kwargs.generator.pretrain_epochs=1",
-    "method_kwargs.generator.epochs=1",
-    "method_kwargs.generator.samples_per_epoch=200",
-    "method_kwargs.generator.batch_size=100",
+    "method_kwargs.num_samples=10", "method_kwargs.scorer_steps=5", "method_kwargs.generator.d_model=16",
+    "method_kwargs.generator.nhead=2", "method_kwargs.generator.dim_feedforward=32",
+    "method_kwargs.generator.pretrain_epochs=1", "method_kwargs.generator.epochs=1",
+    "method_kwargs.generator.samples_per_epoch=200", "method_kwargs.generator.batch_size=100",
 ]
-_FEDNSL_DWIE = [
-    *_FEDNSL,
-    "data.max_docs=40",
-    "method_kwargs.backbone.rounds=1",
-    "method_kwargs.backbone.local_epochs=1",
-    "method_kwargs.backbone.text=hash",
-]
+_FEDNSL_DWIE = [*_FEDNSL, "data.max_docs=40", "method_kwargs.backbone.rounds=1", "method_kwargs.backbone.local_epochs=1",
+                "method_kwargs.backbone.text=hash"]
 _KG = [
-    "method_kwargs.max_bodies=8",
-    "method_kwargs.pool_top=6",
-    "method_kwargs.num_samples=20",
-    "method_kwargs.predictor.epochs=3",
-    "method_kwargs.predictor.eval_every=3",
-    "method_kwargs.predictor.patience=1",
-    "method_kwargs.predictor.max_train_queries=50",
-    "method_kwargs.mining.samples_per_relation=40",
-    "method_kwargs.mining.max_rules_per_head=10",
-    "method_kwargs.mining.pool_per_head=20",
-    "method_kwargs.mining.confidence_starts=200",
-    "method_kwargs.report_valid=false",
-    "method_kwargs.generator.d_model=16",
-    "method_kwargs.generator.nhead=2",
-    "method_kwargs.generator.dim_feedforward=32",
-    "method_kwargs.generator.pretrain_epochs=1",
-    "method_kwargs.generator.epochs=1",
+    "method_kwargs.max_bodies=8", "method_kwargs.pool_top=6", "method_kwargs.num_samples=20",
+    "method_kwargs.predictor.epochs=3", "method_kwargs.predictor.eval_every=3", "method_kwargs.predictor.patience=1",
+    "method_kwargs.predictor.max_train_queries=50", "method_kwargs.mining.samples_per_relation=40",
+    "method_kwargs.mining.max_rules_per_head=10", "method_kwargs.mining.pool_per_head=20",
+    "method_kwargs.mining.confidence_starts=200", "method_kwargs.report_valid=false",
+    "method_kwargs.generator.d_model=16", "method_kwargs.generator.nhead=2", "method_kwargs.generator.dim_feedforward=32",
+    "method_kwargs.generator.pretrain_epochs=1", "method_kwargs.generator.epochs=1",
     "method_kwargs.generator.samples_per_epoch=200",
 ]
 _NUMERIC = ["data.points_per_class=20", "data.relabelled=10"]
@@ -196,7 +167,9 @@ class Run:
 
 
 def _has_placeholder(cmd: ex.Command) -> bool:
-    return any(ex.PLACEHOLDER.fullmatch(w) or re.search(r"<[\w.-]+>|=[A-Z][A-Z0-9_]*$", w) for w in cmd.argv)
+    return any(
+        ex.PLACEHOLDER.fullmatch(w) or re.search(r"<[\w.-]+>|=[A-Z][A-Z0-9_]*$", w) for w in cmd.argv
+    )
 
 
 def _runs() -> list[Run]:
@@ -367,6 +340,6 @@ def test_command_runs_and_exits_0(run: Run, base: Path) -> None:
                     _invoke(earlier.argv(work), work)
     result = _invoke(argv, work)
     assert result.exit_code == 0, (
-        f"{', '.join(run.places)}: `fednsl {' '.join(run.cmd.argv)}` (with {' '.join(argv[len(run.cmd.argv) :])}) "
+        f"{', '.join(run.places)}: `fednsl {' '.join(run.cmd.argv)}` (with {' '.join(argv[len(run.cmd.argv):])}) "
         f"exited {result.exit_code}: {result.exception!r}\n{result.output[-3000:]}"
     )

@@ -70,6 +70,7 @@ def test_runs_of_other_methods_are_left_alone(tmp_path: Path) -> None:
     assert (run / "rules.json").read_text() == before
 
 
+
 def test_training_graph_grounds_as_the_run_did(tmp_path: Path) -> None:
     """The reading order is measured on walks or simple paths, as the run's ``predictor.paths`` counted."""
     store = RuleStore.load(_run(tmp_path / "run"))

@@ -72,15 +72,8 @@ def test_logire_dump_by_order_title_and_na_channel(tmp_path, corpus) -> None:
     for d in docs:
         d.split = "dev"
     rng = np.random.default_rng(0)
-    items = [
-        {
-            "N": d.num_entities,
-            "logits": torch.tensor(rng.normal(size=(d.num_entities, d.num_entities, R + 1))),
-            "labels": None,
-            "in_train": None,
-        }
-        for d in docs
-    ]
+    items = [{"N": d.num_entities, "logits": torch.tensor(rng.normal(size=(d.num_entities, d.num_entities, R + 1))),
+              "labels": None, "in_train": None} for d in docs]
     path = tmp_path / "dump.pt"
     torch.save({"dev": items}, path)
     bb = LogireDump(LogireDumpOptions(path=str(path)))
@@ -106,18 +99,9 @@ def test_text_features() -> None:
     np.testing.assert_allclose(v[0], v[1])
     assert abs(np.linalg.norm(v[0]) - 1) < 1e-6 and np.all(v[3] == 0)
     np.testing.assert_array_equal(embed_strings(["a b"], "hash", 32), hash_embed(["a b"], 32))
-    doc = Document(
-        "d",
-        ["Germany", "German", "Paris"],
-        np.array([0, 1, 0]),
-        np.zeros((0, 3)),
-        mentions=[
-            Mention(0, 0, 7, "Germany", unit="char"),
-            Mention(1, 20, 26, "German", unit="char"),
-            Mention(2, 400, 405, "Paris", unit="char"),
-            Mention(0, 410, 417, "Germany", unit="char"),
-        ],
-    )
+    doc = Document("d", ["Germany", "German", "Paris"], np.array([0, 1, 0]), np.zeros((0, 3)),
+                   mentions=[Mention(0, 0, 7, "Germany", unit="char"), Mention(1, 20, 26, "German", unit="char"),
+                             Mention(2, 400, 405, "Paris", unit="char"), Mention(0, 410, 417, "Germany", unit="char")])
     table = {s: hash_embed([s], 16)[0] for s in ("Germany", "German", "Paris")}
     f = doc_features(doc, 2, table, 16)
     assert f.ent.shape == (3, 16 + 2 + 3) and f.pair.shape == (3, 3, PAIR_FEATURES)

@@ -181,9 +181,8 @@ def test_shared_maps_travel_as_parameters_and_replace_only_fallbacks() -> None:
     poor = fit_relation_calibrator(z, y_poor, "sigmoid")
     assert poor.fallback == [1]
     before = poor.predict(z)
-    platt, has = shared_platt(
-        [sent["platt"], poor.platt_arrays()["platt"]], [sent["positives"], poor.platt_arrays()["positives"]]
-    )
+    platt, has = shared_platt([sent["platt"], poor.platt_arrays()["platt"]],
+                              [sent["positives"], poor.platt_arrays()["positives"]])
     assert poor.adopt_shared(platt, has) == 1 and poor.shared == [1] and poor.fallback == []
     after = poor.predict(z)
     np.testing.assert_allclose(after[:, 1], owner.predict(z)[:, 1], atol=1e-6)  # the owner's map (only owner)

@@ -21,14 +21,11 @@ def test_import_registers_stub_and_backend() -> None:
 def _graph():
     dgl = import_dgl()
     src, dst = torch.tensor([0, 1, 2]), torch.tensor([1, 2, 3])
-    return dgl.heterograph(
-        {
-            ("entity", "in0", "entity"): (src, dst),
-            ("entity", "~in0", "entity"): (dst, src),
-            ("entity", "gpe0", "entity"): (torch.tensor([3]), torch.tensor([0])),
-        },
-        num_nodes_dict={"entity": 5},
-    )
+    return dgl.heterograph({
+        ("entity", "in0", "entity"): (src, dst),
+        ("entity", "~in0", "entity"): (dst, src),
+        ("entity", "gpe0", "entity"): (torch.tensor([3]), torch.tensor([0])),
+    }, num_nodes_dict={"entity": 5})
 
 
 def test_heterograph_build() -> None:
@@ -45,10 +42,8 @@ def test_heterographconv_forward_backward() -> None:
 
     g = _graph()
     torch.manual_seed(0)
-    conv = dglnn.HeteroGraphConv(
-        {e: dglnn.GraphConv(4, 3, norm="none", bias=False, allow_zero_in_degree=True) for e in g.etypes},
-        aggregate="sum",
-    )
+    conv = dglnn.HeteroGraphConv({e: dglnn.GraphConv(4, 3, norm="none", bias=False, allow_zero_in_degree=True)
+                                  for e in g.etypes}, aggregate="sum")
     x = torch.randn(5, 4, requires_grad=True)
     out = conv(g, {"entity": x})["entity"]
     # reference: sum over edge types of (A_e^T x) W_e (messages flow from source to destination)

@@ -38,9 +38,8 @@ def test_real_files(dwie_dir: Path) -> None:
 def test_round_trip_real(dwie_dir: Path, tmp_path: Path, compress: bool) -> None:
     c = _data.docred(dwie_dir / "docred_style")
     written = write_docred(c, tmp_path, compress=compress)
-    assert sorted(p.name for p in written) == sorted(
-        ["dev.json" + (".gz" if compress else ""), "test.json" + (".gz" if compress else "")]
-    )
+    assert sorted(p.name for p in written) == sorted(["dev.json" + (".gz" if compress else ""),
+                                                      "test.json" + (".gz" if compress else "")])
     back = read_docred(tmp_path)
     _same(c, back)
     # a second cycle is byte-identical
@@ -60,10 +59,8 @@ def _item(title: str = "doc1", **over) -> dict:
         "sents": [["Merkel", "visited", "Berlin", "."], ["Berlin", "is", "in", "Germany", "."]],
         "vertexSet": [
             [{"name": "Merkel", "pos": [0, 1], "sent_id": 0, "type": "PER"}],
-            [
-                {"name": "Berlin", "pos": [2, 3], "sent_id": 0, "type": "LOC"},
-                {"name": "Berlin", "pos": [0, 1], "sent_id": 1, "type": "LOC"},
-            ],
+            [{"name": "Berlin", "pos": [2, 3], "sent_id": 0, "type": "LOC"},
+             {"name": "Berlin", "pos": [0, 1], "sent_id": 1, "type": "LOC"}],
             [{"name": "Germany", "pos": [3, 4], "sent_id": 1, "type": "LOC"}],
         ],
         "labels": [{"h": 1, "t": 2, "r": "P17", "evidence": [1]}, {"h": 0, "t": 1, "r": "P551", "evidence": []}],
@@ -85,12 +82,8 @@ def test_multi_sentence_round_trip(tmp_path: Path) -> None:
     c = read_docred(_write(tmp_path / "in", [_item(), _item("doc2", labels=[])]))
     d = c.documents[0]
     assert d.split == "train" and d.sentence_starts == [0, 4]
-    assert [(m.entity, m.start, m.end, m.sent) for m in d.mentions] == [
-        (0, 0, 1, 0),
-        (1, 2, 3, 0),
-        (1, 4, 5, 1),
-        (2, 7, 8, 1),
-    ]
+    assert [(m.entity, m.start, m.end, m.sent) for m in d.mentions] == [(0, 0, 1, 0), (1, 2, 3, 0), (1, 4, 5, 1),
+                                                                        (2, 7, 8, 1)]
     assert d.tokens[7] == "Germany"
     assert c.relations.names == ("P17", "P551") and c.entity_types.names == ("LOC", "PER")
     assert c.meta["type_prefix"] == ""
@@ -104,31 +97,23 @@ def test_multi_sentence_round_trip(tmp_path: Path) -> None:
     assert ["Berlin", "Germany", "P17"] in ref and len(ref) == 2
 
 
-@pytest.mark.parametrize(
-    "item, message",
-    [
-        (
-            _item("bad", vertexSet=[[{"name": "M", "pos": [0, 9], "sent_id": 0, "type": "PER"}]], labels=[]),
-            "outside sentence 0",
-        ),
-        (
-            _item("bad", vertexSet=[[{"name": "M", "pos": [0, 1], "sent_id": 4, "type": "PER"}]], labels=[]),
-            "sent_id 4, out of range",
-        ),
-        (_item("bad", labels=[{"h": 0, "t": 7, "r": "P17"}]), "entity 7, out of range"),
-        (_item("bad", labels=[{"h": 0, "t": 1, "r": "P999"}]), "unknown relation 'P999'"),
-        (_item("bad", labels=[{"h": 0, "t": 1, "r": 3}]), "must be a name"),
-        (_item("bad", vertexSet=[[]]), "entity 0 has no mentions"),
-        (_item("doc1"), "duplicate document id"),
-    ],
-)
+@pytest.mark.parametrize("item, message", [
+    (_item("bad", vertexSet=[[{"name": "M", "pos": [0, 9], "sent_id": 0, "type": "PER"}]], labels=[]),
+     "outside sentence 0"),
+    (_item("bad", vertexSet=[[{"name": "M", "pos": [0, 1], "sent_id": 4, "type": "PER"}]], labels=[]),
+     "sent_id 4, out of range"),
+    (_item("bad", labels=[{"h": 0, "t": 7, "r": "P17"}]), "entity 7, out of range"),
+    (_item("bad", labels=[{"h": 0, "t": 1, "r": "P999"}]), "unknown relation 'P999'"),
+    (_item("bad", labels=[{"h": 0, "t": 1, "r": 3}]), "must be a name"),
+    (_item("bad", vertexSet=[[]]), "entity 0 has no mentions"),
+    (_item("doc1"), "duplicate document id"),
+])
 def test_bad_items(tmp_path: Path, item: dict, message: str) -> None:
     folder = _write(tmp_path, [_item(), item], meta={"Na": 0, "P17": 1, "P551": 2})
     with pytest.raises(DataError, match=message) as err:
         read_docred(folder)
-    assert "train_annotated.json" in str(err.value) and (
-        "document bad" in str(err.value) or "document doc1" in str(err.value)
-    )
+    assert "train_annotated.json" in str(err.value) and ("document bad" in str(err.value)
+                                                         or "document doc1" in str(err.value))
     c = read_docred(folder, skip_bad=True)
     assert len(c) == 1 and len(c.report.skipped) == 1
 

@@ -19,16 +19,10 @@ from kg.documents import (
 
 
 def _doc(**kw) -> Document:
-    base = dict(
-        doc_id="d1",
-        entity_names=["a", "b", "c"],
-        entity_types=[0, 1, 0],
-        facts=[[2, 1, 0], [0, 0, 1], [0, 0, 1]],
-        split="train",
-        mentions=[Mention(0, 0, 1, "a"), Mention(1, 2, 3, "b"), Mention(2, 4, 5, "c")],
-        tokens=["a", "x", "b", "y", "c"],
-        sentence_starts=[0],
-    )
+    base = dict(doc_id="d1", entity_names=["a", "b", "c"], entity_types=[0, 1, 0],
+                facts=[[2, 1, 0], [0, 0, 1], [0, 0, 1]], split="train",
+                mentions=[Mention(0, 0, 1, "a"), Mention(1, 2, 3, "b"), Mention(2, 4, 5, "c")],
+                tokens=["a", "x", "b", "y", "c"], sentence_starts=[0])
     base.update(kw)
     return Document(**base)
 
@@ -63,18 +57,15 @@ def test_document_equality_ignores_meta_and_fact_order() -> None:
     assert a != _doc(entity_types=[0, 0, 0])
 
 
-@pytest.mark.parametrize(
-    "kw, message",
-    [
-        (dict(facts=[[0, 0, 7]]), "fact entity id 7 out of range"),
-        (dict(facts=[[0, 5, 1]]), "relation id 5 out of range"),
-        (dict(entity_types=[0, 9, 0]), "entity type id 9 out of range"),
-        (dict(mentions=[Mention(4, 0, 1, "a")]), "refers to entity 4"),
-        (dict(mentions=[Mention(0, 3, 9, "a")]), "beyond the 5 tokens"),
-        (dict(mentions=[Mention(0, 2, 2, "a")]), "need 0 <= start < end"),
-        (dict(mentions=[Mention(0, 0, 1, "a", sent=3)]), "sentence id 3"),
-    ],
-)
+@pytest.mark.parametrize("kw, message", [
+    (dict(facts=[[0, 0, 7]]), "fact entity id 7 out of range"),
+    (dict(facts=[[0, 5, 1]]), "relation id 5 out of range"),
+    (dict(entity_types=[0, 9, 0]), "entity type id 9 out of range"),
+    (dict(mentions=[Mention(4, 0, 1, "a")]), "refers to entity 4"),
+    (dict(mentions=[Mention(0, 3, 9, "a")]), "beyond the 5 tokens"),
+    (dict(mentions=[Mention(0, 2, 2, "a")]), "need 0 <= start < end"),
+    (dict(mentions=[Mention(0, 0, 1, "a", sent=3)]), "sentence id 3"),
+])
 def test_validate_document_names_file_and_doc(kw, message) -> None:
     with pytest.raises(DataError, match=message) as err:
         validate_document(_doc(**kw), num_relations=2, num_entity_types=2, file="f.json")

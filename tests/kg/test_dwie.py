@@ -28,11 +28,8 @@ def test_real_counts(dwie_dir: Path) -> None:
     assert sum(len(d.mentions) for d in c) == 43373
     assert sum(d.num_facts for d in c) == 19466
     # 23,130 concepts = 21,902 entities + 1,228 without a mention; 21,749 relations = 19,466 + 2,256 + 27
-    assert c.report.dropped == {
-        "concept_without_mention": 1228,
-        "relation_to_dropped_concept": 2256,
-        "duplicate_fact": 27,
-    }
+    assert c.report.dropped == {"concept_without_mention": 1228, "relation_to_dropped_concept": 2256,
+                                "duplicate_fact": 27}
     assert c.report.resolved == {"multi_type_last_tag": 42, "untyped_as_other": 276}
     assert not c.report.skipped
     assert (c.relation_counts() > 0).all()  # all 65 relations occur
@@ -74,11 +71,9 @@ def test_coarse_type_rule() -> None:
 
 # --- small hand-written documents -----------------------------------------------------------------
 
-
 def _doc(doc_id: str = "DW_1", **over) -> dict:
     doc = {
-        "id": doc_id,
-        "tags": ["all", "train"],
+        "id": doc_id, "tags": ["all", "train"],
         "mentions": [
             {"begin": 0, "end": 6, "text": "Merkel", "concept": 0},
             {"begin": 10, "end": 16, "text": "Berlin", "concept": 1},
@@ -130,22 +125,17 @@ def test_any_relation_set(tmp_path: Path) -> None:
     assert c.relations.names == ("lives_in",)
 
 
-@pytest.mark.parametrize(
-    "doc, message",
-    [
-        ('{"id": "DW_x", "tags": [', "malformed JSON"),
-        (_doc("DW_9", mentions=[{"begin": 5, "end": 3, "text": "ab", "concept": 0}]), "need 0 <= begin < end"),
-        (_doc("DW_9", mentions=[{"begin": 0, "end": 3, "text": "Merkel", "concept": 0}]), "its text has 6 chars"),
-        (
-            _doc("DW_9", content="short", mentions=[{"begin": 0, "end": 9, "text": "Merkel ab", "concept": 0}]),
-            "beyond the text",
-        ),
-        (_doc("DW_9", relations=[{"s": 0, "p": "in0", "o": 7}]), "concept 7, which is not among"),
-        (_doc("DW_9", mentions=[{"begin": 0, "end": 6, "text": "Merkel", "concept": 5}]), "refers to concept 5"),
-        (_doc("DW_9", concepts=[{"concept": 0, "tags": []}, {"concept": 0, "tags": []}]), "duplicate concept id 0"),
-        (_doc("DW_9", tags=["all"]), "exactly one of 'train' / 'test'"),
-    ],
-)
+@pytest.mark.parametrize("doc, message", [
+    ('{"id": "DW_x", "tags": [', "malformed JSON"),
+    (_doc("DW_9", mentions=[{"begin": 5, "end": 3, "text": "ab", "concept": 0}]), "need 0 <= begin < end"),
+    (_doc("DW_9", mentions=[{"begin": 0, "end": 3, "text": "Merkel", "concept": 0}]), "its text has 6 chars"),
+    (_doc("DW_9", content="short", mentions=[{"begin": 0, "end": 9, "text": "Merkel ab", "concept": 0}]),
+     "beyond the text"),
+    (_doc("DW_9", relations=[{"s": 0, "p": "in0", "o": 7}]), "concept 7, which is not among"),
+    (_doc("DW_9", mentions=[{"begin": 0, "end": 6, "text": "Merkel", "concept": 5}]), "refers to concept 5"),
+    (_doc("DW_9", concepts=[{"concept": 0, "tags": []}, {"concept": 0, "tags": []}]), "duplicate concept id 0"),
+    (_doc("DW_9", tags=["all"]), "exactly one of 'train' / 'test'"),
+])
 def test_bad_documents_name_file_and_doc(tmp_path: Path, doc, message) -> None:
     folder = _write(tmp_path / "annos", [_doc("DW_1"), doc])
     with pytest.raises(DataError, match=message) as err:
@@ -179,14 +169,11 @@ def test_duplicate_document_ids(tmp_path: Path) -> None:
 
 def test_tokenize_with_content(tmp_path: Path) -> None:
     content = "Merkel in Berlin and Merkel again."
-    doc = _doc(
-        content=content,
-        mentions=[
-            {"begin": 0, "end": 6, "text": "Merkel", "concept": 0},
-            {"begin": 10, "end": 16, "text": "Berlin", "concept": 1},
-            {"begin": 21, "end": 27, "text": "Merkel", "concept": 0},
-        ],
-    )
+    doc = _doc(content=content, mentions=[
+        {"begin": 0, "end": 6, "text": "Merkel", "concept": 0},
+        {"begin": 10, "end": 16, "text": "Berlin", "concept": 1},
+        {"begin": 21, "end": 27, "text": "Merkel", "concept": 0},
+    ])
     c = read_dwie(_write(tmp_path / "annos_with_content", [doc]))
     t = tokenize_documents(c)
     d = t.documents[0]

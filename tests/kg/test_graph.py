@@ -49,7 +49,7 @@ def test_fuzzy_values() -> None:
     v = torch.rand((4, 4, R), generator=g)
     t = relation_tensor(doc, R, values=v)
     assert torch.equal(t[..., :R], v)
-    assert torch.equal(t[..., R : 2 * R], v.transpose(0, 1))
+    assert torch.equal(t[..., R:2 * R], v.transpose(0, 1))
     assert torch.equal(t[..., 2 * R], torch.eye(4))
     with pytest.raises(DataError, match=r"expected \(N, N, R\)"):
         relation_tensor(doc, R, values=v[:3])
@@ -67,7 +67,7 @@ def test_batch_pads_with_zeros_and_mask() -> None:
         assert not t[b, n:].any() and not t[b, :, n:].any()  # padded entities are zero, stay channel included
     vals = [torch.full((d.num_entities,) * 2 + (R,), 0.5) for d in DOCS]
     tv, _ = batch_relation_tensors(DOCS, R, values=vals)
-    assert float(tv[1, :2, :2, : 2 * R].min()) == 0.5 and not tv[1, 2:].any()
+    assert float(tv[1, :2, :2, :2 * R].min()) == 0.5 and not tv[1, 2:].any()
 
 
 def test_to_dgl_edges_equal_facts() -> None:

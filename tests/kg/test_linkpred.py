@@ -30,21 +30,8 @@ def _metrics(scores: torch.Tensor, answers: torch.Tensor, mask: torch.Tensor | N
 
 def _brute_force(scores: list[list[int]], answers: list[int], masks: list[list[bool]]) -> dict[str, float]:
     """Average over every order of the remaining candidates that respects the scores (all tie permutations)."""
-    totals = dict.fromkeys(
-        [
-            "mrr",
-            "mr",
-            "hits@1",
-            "hits@3",
-            "hits@10",
-            "mrr_pessimistic",
-            "mr_pessimistic",
-            "hits@1_pessimistic",
-            "hits@3_pessimistic",
-            "hits@10_pessimistic",
-        ],
-        0.0,
-    )
+    totals = dict.fromkeys(["mrr", "mr", "hits@1", "hits@3", "hits@10", "mrr_pessimistic", "mr_pessimistic",
+                            "hits@1_pessimistic", "hits@3_pessimistic", "hits@10_pessimistic"], 0.0)
     for row, ans, mask in zip(scores, answers, masks):
         cands = [e for e in range(len(row)) if e == ans or not mask[e]]
         ranks = []
@@ -134,9 +121,8 @@ def test_nan_scores_rank_last() -> None:
     expected, pessimistic = filtered_ranks(torch.tensor([[float("nan"), 1.0, float("nan")]]), torch.tensor([2]), None)
     assert expected.tolist() == [2.5] and pessimistic.tolist() == [3]
     rows, cols = torch.tensor([0]), torch.tensor([1])
-    assert _filtered_ranks_sparse(torch.tensor([[float("nan"), 1.0, float("nan")]]), torch.tensor([2]), rows, cols)[
-        0
-    ].tolist() == [1.5]
+    assert _filtered_ranks_sparse(torch.tensor([[float("nan"), 1.0, float("nan")]]), torch.tensor([2]), rows,
+                                  cols)[0].tolist() == [1.5]
 
 
 def test_merge_equals_one_state_over_the_union_exactly() -> None:
@@ -167,19 +153,12 @@ def test_update_rejects_inconsistent_ranks() -> None:
 # ------------------------------------------------------------------------------------ batched evaluation
 def _random_kg(seed: int, num_e: int = 12, num_r: int = 3, n: int = 60) -> KnowledgeGraph:
     rng = np.random.default_rng(seed)
-    trip = np.unique(
-        np.stack([rng.integers(0, num_e, n), rng.integers(0, num_r, n), rng.integers(0, num_e, n)], 1), axis=0
-    )
+    trip = np.unique(np.stack([rng.integers(0, num_e, n), rng.integers(0, num_r, n), rng.integers(0, num_e, n)], 1),
+                     axis=0)
     rng.shuffle(trip)
     a, b = len(trip) // 2, 3 * len(trip) // 4
-    return KnowledgeGraph(
-        "rand",
-        tuple(f"e{i}" for i in range(num_e)),
-        tuple(f"r{i}" for i in range(num_r)),
-        trip[:a],
-        trip[a:b],
-        trip[b:],
-    )
+    return KnowledgeGraph("rand", tuple(f"e{i}" for i in range(num_e)), tuple(f"r{i}" for i in range(num_r)),
+                          trip[:a], trip[a:b], trip[b:])
 
 
 def _table_score(num_e: int, num_rel2: int, seed: int):

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from kg.grounding.sparse import SparseGraph, SparseGraphError
 
 
-def _facts(triples: np.ndarray, num_relations: int, exclude: tuple[int, int, int] | None) -> set[tuple[int, ...]]:
+def _facts(
+    triples: np.ndarray, num_relations: int, exclude: tuple[int, int, int] | None
+) -> set[tuple[int, ...]]:
     """The distinct facts of ``triples``, less the excluded one (named forwards or through its inverse relation)."""
     facts = {tuple(int(x) for x in row) for row in triples}
     if exclude is not None:
@@ -26,11 +28,7 @@ def _facts(triples: np.ndarray, num_relations: int, exclude: tuple[int, int, int
 
 
 def brute_counts(
-    triples: np.ndarray,
-    num_relations: int,
-    body: tuple[int, ...],
-    start: int,
-    num_entities: int,
+    triples: np.ndarray, num_relations: int, body: tuple[int, ...], start: int, num_entities: int,
     exclude: tuple[int, int, int] | None = None,
 ) -> np.ndarray:
     """Walk counts by explicit path expansion over a dict adjacency (facts deduplicated, inverses added)."""
@@ -53,11 +51,7 @@ def brute_counts(
 
 
 def brute_simple_counts(
-    triples: np.ndarray,
-    num_relations: int,
-    body: tuple[int, ...],
-    start: int,
-    num_entities: int,
+    triples: np.ndarray, num_relations: int, body: tuple[int, ...], start: int, num_entities: int,
     exclude: tuple[int, int, int] | None = None,
 ) -> np.ndarray:
     """Simple-path counts by enumerating every sequence of pairwise different entities start, z_1, ..., z_L."""
@@ -79,8 +73,7 @@ def graphs(draw: st.DrawFn) -> tuple[np.ndarray, int, int, list[tuple[int, ...]]
     rows = draw(
         st.lists(
             st.tuples(st.integers(0, n_ent - 1), st.integers(0, n_rel - 1), st.integers(0, n_ent - 1)),
-            min_size=n_tri,
-            max_size=n_tri,
+            min_size=n_tri, max_size=n_tri,
         )
     )
     bodies = draw(
@@ -117,7 +110,9 @@ def test_exclusion_matches_brute_force(case, backend, data) -> None:
     excl_arr = np.array(excl, dtype=np.int64)
     for body in bodies:
         got = g.path_counts(body, starts, exclude=excl_arr, backend=backend, batch_size=4).numpy()
-        want = np.stack([brute_counts(triples, n_rel, body, int(s), n_ent, exclude=e) for s, e in zip(starts, excl)])
+        want = np.stack(
+            [brute_counts(triples, n_rel, body, int(s), n_ent, exclude=e) for s, e in zip(starts, excl)]
+        )
         np.testing.assert_allclose(got, want)
     # the trie-sharing iterator gives the same numbers
     for dense_max_bytes in (0, 1 << 20):  # sparse products, then the dense path for small graphs
@@ -140,12 +135,8 @@ def test_simple_paths_match_brute_force(case, data) -> None:
     excl = [(int(s), int(triples[p][1]), int(triples[p][2])) for s, p in zip(starts, picks)]
     for exclude in (None, excl):
         want = [
-            np.stack(
-                [
-                    brute_simple_counts(triples, n_rel, b, int(s), n_ent, None if exclude is None else e)
-                    for s, e in zip(starts, excl)
-                ]
-            )
+            np.stack([brute_simple_counts(triples, n_rel, b, int(s), n_ent, None if exclude is None else e)
+                      for s, e in zip(starts, excl)])
             for b in bodies
         ]
         arr = None if exclude is None else np.array(exclude, dtype=np.int64)
@@ -177,9 +168,7 @@ def test_path_entries_match_brute_force(case, paths, max_fanout, data) -> None:
     g = SparseGraph.from_triples(triples, n_ent, n_rel, paths=paths)
     for batched in (True, False):  # batched dense products, then body by body
         got = g.path_entries(bodies, starts, np.array(excl, dtype=np.int64), max_fanout, batched=batched)
-        rows = sorted(
-            zip(got.body, got.row, got.col, got.count, got.total), key=lambda x: (bodies[x[0]], x[0], x[1], x[2])
-        )
+        rows = sorted(zip(got.body, got.row, got.col, got.count, got.total), key=lambda x: (bodies[x[0]], x[0], x[1], x[2]))
         assert [tuple(float(v) for v in r) for r in rows] == [tuple(float(v) for v in r) for r in want]
         if batched:
             assert [tuple(r) for r in zip(got.body, got.row, got.col)] == [tuple(r[:3]) for r in rows]
@@ -232,12 +221,7 @@ def test_duplicate_facts_count_once_and_memory_bound() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [
-        {"body": [2]},
-        {"body": []},
-        {"body": [0], "starts": [5]},
-        {"body": [0], "starts": [0], "exclude": [[0, 0, 1]] * 2},
-    ],
+    [{"body": [2]}, {"body": []}, {"body": [0], "starts": [5]}, {"body": [0], "starts": [0], "exclude": [[0, 0, 1]] * 2}],
 )
 def test_bad_input_raises(kwargs) -> None:
     g = SparseGraph.from_triples(np.array([[0, 0, 1]]), 2, 1)

@@ -82,11 +82,8 @@ def test_query_mask_brute_force() -> None:
             m = query_mask(d, combo)
             for h in range(d.num_entities):
                 for t in range(d.num_entities):
-                    want = (
-                        h != t
-                        and tg[d.entity_types[h]] == combo.head_group
-                        and tg[d.entity_types[t]] == combo.tail_group
-                    )
+                    want = (h != t and tg[d.entity_types[h]] == combo.head_group
+                            and tg[d.entity_types[t]] == combo.tail_group)
                     assert m[h, t] == want
 
 
@@ -132,8 +129,7 @@ def test_shared_split_gives_every_combo_a_rich_and_a_poor_owner() -> None:
     assert [[d.doc_id for d in p.documents] for p in again] == [[d.doc_id for d in p.documents] for p in parts]
     paper = split_clients(corpus, 4, seed=3)
     assert [[d.doc_id for d in p.documents] for p in paper] == [
-        [d.doc_id for d in p.documents] for p in split_clients(corpus, 4, seed=3, scheme="paper")
-    ]
+        [d.doc_id for d in p.documents] for p in split_clients(corpus, 4, seed=3, scheme="paper")]
     assert all(p.meta["role"] == "all" for p in paper)
 
 

@@ -76,14 +76,9 @@ def test_planted_rules_hold_at_stated_confidence(default) -> None:
 
 @pytest.mark.parametrize("confidence", [1.0, 0.5])
 def test_confidence_setting(confidence: float) -> None:
-    corpus, rules = generate(
-        PlantedRuleConfig(
-            num_documents=60,
-            rule_confidence=confidence,
-            rules=("works_in <- member_of, based_in", "hosts <- ~based_in"),
-        ),
-        seed=1,
-    )
+    corpus, rules = generate(PlantedRuleConfig(num_documents=60, rule_confidence=confidence,
+                                               rules=("works_in <- member_of, based_in", "hosts <- ~based_in")),
+                             seed=1)
     for rule in rules:
         n, conf = _confidence(corpus, rule)
         if confidence == 1.0:
@@ -140,16 +135,13 @@ def test_random_rules() -> None:
     assert all(1 <= len(r.body) <= 3 for r in rules)
 
 
-@pytest.mark.parametrize(
-    "rules, message",
-    [
-        (("works_in <- member_of, in0",), "not type-consistent"),
-        (("in0 <- based_in",), "is a base relation"),
-        (("a <- b_rel",), "neither a base relation nor a planted head"),
-        (("x <- member_of, y", "y <- ~member_of, x"), "cyclic"),
-        (("works_in member_of",), "must read"),
-    ],
-)
+@pytest.mark.parametrize("rules, message", [
+    (("works_in <- member_of, in0",), "not type-consistent"),
+    (("in0 <- based_in",), "is a base relation"),
+    (("a <- b_rel",), "neither a base relation nor a planted head"),
+    (("x <- member_of, y", "y <- ~member_of, x"), "cyclic"),
+    (("works_in member_of",), "must read"),
+])
 def test_bad_configs(rules, message) -> None:
     with pytest.raises(DataError, match=message):
         generate(PlantedRuleConfig(num_documents=2, rules=rules), seed=0)

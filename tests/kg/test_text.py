@@ -32,25 +32,18 @@ def test_document_from_text(nlp) -> None:
     assert [type_names[t] for t in doc.entity_types] == ["person", "location", "organization"]
     assert len(doc.sentence_starts) == 3 and doc.num_facts == 0
     for m in doc.mentions:  # token offsets point at the mention text, sentence ids match
-        assert " ".join(doc.tokens[m.start : m.end]) == m.text
+        assert " ".join(doc.tokens[m.start:m.end]) == m.text
         assert doc.sentence_starts[m.sent] <= m.start
         assert m.sent == len(doc.sentence_starts) - 1 or m.end <= doc.sentence_starts[m.sent + 1]
-    assert [(m.entity, m.text) for m in doc.mentions] == [
-        (0, "Angela Merkel"),
-        (0, "Merkel"),
-        (1, "Berlin"),
-        (1, "Berlin"),
-        (1, "Berlin"),
-        (2, "Bundestag"),
-    ]
+    assert [(m.entity, m.text) for m in doc.mentions] == [(0, "Angela Merkel"), (0, "Merkel"), (1, "Berlin"),
+                                                          (1, "Berlin"), (1, "Berlin"), (2, "Bundestag")]
 
 
 def test_import_write_read(nlp, tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text(TEXT)
     (tmp_path / "b.txt").write_text("Nothing here.")
-    corpus = import_texts(
-        [tmp_path / "a.txt", tmp_path / "b.txt"], nlp, split="test", relations=Vocab(("in0",), kind="relation")
-    )
+    corpus = import_texts([tmp_path / "a.txt", tmp_path / "b.txt"], nlp, split="test",
+                          relations=Vocab(("in0",), kind="relation"))
     assert [d.doc_id for d in corpus] == ["a", "b"] and corpus.documents[1].num_entities == 0
     write_docred(corpus, tmp_path / "out")
     back = read_docred(tmp_path / "out")
@@ -64,10 +57,8 @@ def test_import_write_read(nlp, tmp_path: Path) -> None:
 
 def test_entity_list_files(tmp_path: Path) -> None:
     (tmp_path / "e.tsv").write_text("# comment\nAngela Merkel\tperson\nBerlin\tlocation\n")
-    assert read_entity_list(tmp_path / "e.tsv") == [
-        {"label": "person", "pattern": "Angela Merkel"},
-        {"label": "location", "pattern": "Berlin"},
-    ]
+    assert read_entity_list(tmp_path / "e.tsv") == [{"label": "person", "pattern": "Angela Merkel"},
+                                                   {"label": "location", "pattern": "Berlin"}]
     (tmp_path / "bad.tsv").write_text("Angela Merkel person\n")
     with pytest.raises(DataError, match="bad.tsv: line 1"):
         read_entity_list(tmp_path / "bad.tsv")

@@ -49,11 +49,8 @@ def test_ids_follow_first_appearance_over_train_valid_test(tmp_path: Path) -> No
 
 def test_gz_tsv_dev_and_crlf_read_the_same(tmp_path: Path) -> None:
     plain = load_kg(_write(tmp_path / "p", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST}))
-    other = load_kg(
-        _write(
-            tmp_path / "g", {"train.tsv.gz": TRAIN.replace("\n", "\r\n"), "dev.tsv": VALID, "test.txt.gz": " " + TEST}
-        )
-    )
+    other = load_kg(_write(tmp_path / "g", {"train.tsv.gz": TRAIN.replace("\n", "\r\n"), "dev.tsv": VALID,
+                                            "test.txt.gz": " " + TEST}))
     assert other.entities == plain.entities and other.relations == plain.relations
     for split in ("train", "valid", "test"):
         np.testing.assert_array_equal(other.split(split), plain.split(split))
@@ -73,22 +70,19 @@ def test_write_then_read_round_trips(tmp_path: Path) -> None:
         np.testing.assert_array_equal(back.all_triples(), kg.all_triples())
 
 
-@pytest.mark.parametrize(
-    ("name", "text", "line", "what"),
-    [
-        ("test.txt", "a\tr\tb\na\tr\n", 2, "expected 3 tab-separated fields"),
-        ("test.txt", "a\tr\tb\nx r y\n", 2, "found 1"),
-        ("test.txt", "a\tr\tb\ta\n", 1, "found 4"),
-        ("test.txt", "a\tr\tb\n\n \tr\tb\n", 3, "empty head"),
-        ("test.txt", "a\t\tb\n", 1, "empty relation"),
-        ("test.txt", "a\tr\t  \n", 1, "empty tail"),
-        ("entity_types.txt", "a\tperson\nb\n", 2, "expected 2 tab-separated fields"),
-        ("entity_types.txt", "a\tperson\tx\n", 1, "found 3"),
-        ("entity_types.txt", "a\t \n", 1, "empty type"),
-        ("entity_types.txt", "\tperson\n", 1, "empty entity"),
-        ("entity_types.txt", "a\tperson\nb\tplace\na\tplace\n", 3, "already has type 'person' (line 1)"),
-    ],
-)
+@pytest.mark.parametrize(("name", "text", "line", "what"), [
+    ("test.txt", "a\tr\tb\na\tr\n", 2, "expected 3 tab-separated fields"),
+    ("test.txt", "a\tr\tb\nx r y\n", 2, "found 1"),
+    ("test.txt", "a\tr\tb\ta\n", 1, "found 4"),
+    ("test.txt", "a\tr\tb\n\n \tr\tb\n", 3, "empty head"),
+    ("test.txt", "a\t\tb\n", 1, "empty relation"),
+    ("test.txt", "a\tr\t  \n", 1, "empty tail"),
+    ("entity_types.txt", "a\tperson\nb\n", 2, "expected 2 tab-separated fields"),
+    ("entity_types.txt", "a\tperson\tx\n", 1, "found 3"),
+    ("entity_types.txt", "a\t \n", 1, "empty type"),
+    ("entity_types.txt", "\tperson\n", 1, "empty entity"),
+    ("entity_types.txt", "a\tperson\nb\tplace\na\tplace\n", 3, "already has type 'person' (line 1)"),
+])
 def test_bad_lines_name_file_and_line(tmp_path: Path, name: str, text: str, line: int, what: str) -> None:
     folder = _write(tmp_path / "bad", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, name: text})
     with pytest.raises(TriplesError) as info:
@@ -106,25 +100,17 @@ def test_non_utf8_names_the_line(tmp_path: Path) -> None:
 
 def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path: Path) -> None:
     bom = "\ufeff"
-    plain = load_kg(
-        _write(
-            tmp_path / "plain", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, "entity_types.tsv": TYPES}
-        )
-    )
-    files = {
-        "train.txt": bom + TRAIN,
-        "valid.txt": bom + VALID,
-        "test.txt.gz": bom + TEST,
-        "entity_types.tsv": bom + TYPES,
-    }
+    plain = load_kg(_write(tmp_path / "plain", {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST,
+                                                 "entity_types.tsv": TYPES}))
+    files = {"train.txt": bom + TRAIN, "valid.txt": bom + VALID, "test.txt.gz": bom + TEST,
+             "entity_types.tsv": bom + TYPES}
     kg = load_kg(_write(tmp_path / "bom", files))
     assert kg.entities == plain.entities == ("a", "b", "c", "d", "e") and kg.relations == plain.relations
     np.testing.assert_array_equal(kg.all_triples(), plain.all_triples())
     np.testing.assert_array_equal(kg.entity_types, plain.entity_types)
     assert kg.types_skipped == plain.types_skipped
-    bad = _write(
-        tmp_path / "bad", {"train.txt": (bom + "a\tr\tb\n").encode() + b"c\tr\t\xff\n", "valid.txt": "", "test.txt": ""}
-    )
+    bad = _write(tmp_path / "bad", {"train.txt": (bom + "a\tr\tb\n").encode() + b"c\tr\t\xff\n", "valid.txt": "",
+                                    "test.txt": ""})
     with pytest.raises(TriplesError, match=r"train\.txt: line 2: not UTF-8 text \(byte 0xff\)"):
         load_kg(bad)
 
@@ -202,11 +188,8 @@ def test_shared_sets_match_the_readme_counts(shared_data: Path, name: str) -> No
     assert top_relations(kg, 1)[0][1] == int(kg.relation_counts().max())
 
 
-PYKEEN = {
-    "nations": (14, 55, 1592, 199, 201),
-    "kinships": (104, 25, 8544, 1068, 1074),
-    "umls": (135, 46, 5216, 652, 661),
-}
+PYKEEN = {"nations": (14, 55, 1592, 199, 201), "kinships": (104, 25, 8544, 1068, 1074),
+          "umls": (135, 46, 5216, 652, 661)}
 
 
 @pytest.mark.parametrize("name", list(PYKEEN))
@@ -261,13 +244,7 @@ def test_entity_types_round_trip_keeps_type_ids(tmp_path: Path) -> None:
 def test_two_type_files_are_an_error(tmp_path: Path) -> None:
     folder = _write(
         tmp_path / "two",
-        {
-            "train.txt": TRAIN,
-            "valid.txt": VALID,
-            "test.txt": TEST,
-            "entity_types.txt": TYPES,
-            "entity_types.tsv": TYPES,
-        },
+        {"train.txt": TRAIN, "valid.txt": VALID, "test.txt": TEST, "entity_types.txt": TYPES, "entity_types.tsv": TYPES},
     )
     with pytest.raises(TriplesError, match="more than one entity_types file"):
         load_kg(folder)

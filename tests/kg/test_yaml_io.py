@@ -15,16 +15,8 @@ from kg.yaml_io import YamlAliasError, load_yaml, yaml_error_line
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [
-        ("1e-5", 1e-5),
-        ("1.0e-5", 1e-5),
-        ("-2E+3", -2000.0),
-        (".5", 0.5),
-        ("3.", 3.0),
-        ("1_000.5", 1000.5),
-        (".inf", math.inf),
-        ("-.Inf", -math.inf),
-    ],
+    [("1e-5", 1e-5), ("1.0e-5", 1e-5), ("-2E+3", -2000.0), (".5", 0.5), ("3.", 3.0), ("1_000.5", 1000.5),
+     (".inf", math.inf), ("-.Inf", -math.inf)],
 )
 def test_floats_follow_yaml_1_2(text: str, value: float) -> None:
     got = load_yaml(text)
@@ -32,19 +24,8 @@ def test_floats_follow_yaml_1_2(text: str, value: float) -> None:
     assert float(text.replace("_", "").replace(".inf", "inf").replace(".Inf", "inf")) == value  # Python agrees
 
 
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("7", 7),
-        ("0x10", 16),
-        ("true", True),
-        ("1e5x", "1e5x"),
-        ("v1e5", "v1e5"),
-        ("e5", "e5"),
-        ("null", None),
-        ("'1e-5'", "1e-5"),
-    ],
-)
+@pytest.mark.parametrize(("text", "value"), [("7", 7), ("0x10", 16), ("true", True), ("1e5x", "1e5x"),
+                                             ("v1e5", "v1e5"), ("e5", "e5"), ("null", None), ("'1e-5'", "1e-5")])
 def test_other_scalars_unchanged(text: str, value: object) -> None:
     assert load_yaml(text) == value
     assert type(load_yaml(text)) is type(value)
@@ -69,15 +50,12 @@ def test_override_and_config_file_read_exponents(tmp_path: Path) -> None:
     assert load_config(path).method_kwargs["kl_weight"] == 0.05
 
 
-@pytest.mark.parametrize(
-    ("text", "found", "line"),
-    [
-        ("a: &x 1\nb: *x", "&x", 1),
-        ("&x [*x]", "&x", 1),
-        ("a: 1\nb: [*x]", "*x", 2),
-        ("a:\n  b: &big [1, 2]\n", "&big", 2),
-    ],
-)
+@pytest.mark.parametrize(("text", "found", "line"), [
+    ("a: &x 1\nb: *x", "&x", 1),
+    ("&x [*x]", "&x", 1),
+    ("a: 1\nb: [*x]", "*x", 2),
+    ("a:\n  b: &big [1, 2]\n", "&big", 2),
+])
 def test_anchors_and_aliases_are_refused(text: str, found: str, line: int) -> None:
     with pytest.raises(YamlAliasError) as info:
         load_yaml(text)
@@ -90,14 +68,11 @@ def test_quoted_ampersands_and_stars_are_text() -> None:
     assert load_yaml("a: '&x [*x]'\nb: \"*\"\nc: x*y") == {"a": "&x [*x]", "b": "*", "c": "x*y"}
 
 
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ("[1", "line 1, column 3: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
-        ("*", "line 1, column 2: expected alphabetic or numeric character, but found the end of the text"),
-        ("a: 1\n b: 2", "line 2, column 3: mapping values are not allowed here"),
-    ],
-)
+@pytest.mark.parametrize(("text", "words"), [
+    ("[1", "line 1, column 3: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"),
+    ("*", "line 1, column 2: expected alphabetic or numeric character, but found the end of the text"),
+    ("a: 1\n b: 2", "line 2, column 3: mapping values are not allowed here"),
+])
 def test_parser_errors_on_one_line(text: str, words: str) -> None:
     with pytest.raises(yaml.YAMLError) as info:
         load_yaml(text)

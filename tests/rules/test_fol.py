@@ -131,7 +131,9 @@ def test_unknown_relation_error_type(vocab: RelationVocab) -> None:
 @st.composite
 def vocab_and_rules(draw: st.DrawFn) -> tuple[RelationVocab, list[Rule]]:
     R = draw(st.integers(1, 6))
-    names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9_\-]{0,8}", fullmatch=True), min_size=R, max_size=R, unique=True))
+    names = draw(
+        st.lists(st.from_regex(r"[a-z][a-z0-9_\-]{0,8}", fullmatch=True), min_size=R, max_size=R, unique=True)
+    )
     vocab = RelationVocab(tuple(names))
     rule = st.builds(
         Rule, st.integers(0, R - 1), st.lists(st.integers(0, 2 * R - 1), min_size=1, max_size=3).map(tuple)

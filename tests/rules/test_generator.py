@@ -49,11 +49,7 @@ def constraints() -> TypeConstraints:
 
 def all_bodies(r: int = R, length: int = L) -> torch.Tensor:
     """Every well-formed padded body (Σ_k (2R)^k rows)."""
-    rows = [
-        b + (2 * r,) * (length - len(b))
-        for k in range(1, length + 1)
-        for b in itertools.product(range(2 * r), repeat=k)
-    ]
+    rows = [b + (2 * r,) * (length - len(b)) for k in range(1, length + 1) for b in itertools.product(range(2 * r), repeat=k)]
     return torch.tensor(rows)
 
 
@@ -191,9 +187,7 @@ def test_sampling_is_deterministic_and_keeps_model_mode() -> None:
     c = sample_rules(m, TRIPLES, 50, torch.Generator().manual_seed(12))
     assert m.training
     assert torch.equal(a.bodies, b.bodies) and torch.equal(a.counts, b.counts) and torch.equal(a.log_prior, b.log_prior)
-    assert not (
-        a.bodies.shape == c.bodies.shape and torch.equal(a.bodies, c.bodies) and torch.equal(a.counts, c.counts)
-    )
+    assert not (a.bodies.shape == c.bodies.shape and torch.equal(a.bodies, c.bodies) and torch.equal(a.counts, c.counts))
     # order within a triple: count descending
     assert (a.counts[:, :-1] >= a.counts[:, 1:]).all()
 

@@ -49,14 +49,8 @@ def brute_support(triples: np.ndarray, n_rel: int, max_len: int) -> dict[int, Co
 def kgs(draw: st.DrawFn) -> tuple[np.ndarray, int, int]:
     n_ent = draw(st.integers(2, 8))
     n_rel = draw(st.integers(1, 3))
-    rows = draw(
-        st.lists(
-            st.tuples(st.integers(0, n_ent - 1), st.integers(0, n_rel - 1), st.integers(0, n_ent - 1)),
-            min_size=1,
-            max_size=25,
-            unique=True,
-        )
-    )
+    rows = draw(st.lists(st.tuples(st.integers(0, n_ent - 1), st.integers(0, n_rel - 1), st.integers(0, n_ent - 1)),
+                         min_size=1, max_size=25, unique=True))
     return np.array(rows, dtype=np.int64), n_ent, n_rel
 
 
@@ -92,15 +86,14 @@ def test_own_edge_never_a_body_and_planted_rule_found() -> None:
 
 def test_mining_is_deterministic_and_seeded() -> None:
     rng = np.random.default_rng(0)
-    triples = np.unique(
-        np.stack([rng.integers(0, 40, 600), rng.integers(0, 4, 600), rng.integers(0, 40, 600)], 1), axis=0
-    )
+    triples = np.unique(np.stack([rng.integers(0, 40, 600), rng.integers(0, 4, 600), rng.integers(0, 40, 600)], 1), axis=0)
     g = SparseGraph.from_triples(triples, 40, 4)
     a = mine_chain_rule_support(g, triples, 3, samples_per_relation=20, max_neighbors=5, seed=1)
     b = mine_chain_rule_support(g, triples, 3, samples_per_relation=20, max_neighbors=5, seed=1)
     c = mine_chain_rule_support(g, triples, 3, samples_per_relation=20, max_neighbors=5, seed=2)
     assert a == b
     assert a != c
+
 
 
 def _body_pairs(edges: set[tuple[int, int, int]], body: tuple[int, ...], n: int) -> set[tuple[int, int]]:
@@ -168,9 +161,8 @@ def test_pool_by_length_lets_a_confident_short_body_past_better_supported_long_o
 def test_dense_rule_statistics_equal_sparse() -> None:
     """The batched dense products (small graphs) give the sparse path's counts exactly, bodies of mixed length."""
     rng = np.random.default_rng(11)
-    triples = np.unique(
-        np.stack([rng.integers(0, 20, 150), rng.integers(0, 3, 150), rng.integers(0, 20, 150)], 1), axis=0
-    )
+    triples = np.unique(np.stack([rng.integers(0, 20, 150), rng.integers(0, 3, 150), rng.integers(0, 20, 150)], 1),
+                        axis=0)
     g = SparseGraph.from_triples(triples, 20, 3)
     bodies = [(0,), (4, 1), (2, 5), (0, 3, 1), (5, 5, 5), (1,), (3, 0, 4)]
     for q in range(6):
@@ -179,10 +171,7 @@ def test_dense_rule_statistics_equal_sparse() -> None:
         np.testing.assert_array_equal(dense.support, sparse.support)
         np.testing.assert_array_equal(dense.body_size, sparse.body_size)
         assert dense.head_size == sparse.head_size and dense.bodies == sparse.bodies
-    assert (
-        rule_statistics(g, 0, bodies).body_size.tolist()
-        == rule_statistics(g, 0, bodies, dense=False).body_size.tolist()
-    )
+    assert rule_statistics(g, 0, bodies).body_size.tolist() == rule_statistics(g, 0, bodies, dense=False).body_size.tolist()
 
 
 def test_dense_rule_statistics_equal_sparse_on_simple_paths() -> None:
@@ -238,9 +227,8 @@ def test_sampled_starts_count_only_the_sampled_subjects() -> None:
     """rule_statistics(max_starts=k) equals the pair-set counts restricted to k sampled subjects x; with k at
     least the number of candidate subjects it is exact; the sample is fixed by (seed, head)."""
     rng = np.random.default_rng(3)
-    triples = np.unique(
-        np.stack([rng.integers(0, 30, 200), rng.integers(0, 2, 200), rng.integers(0, 30, 200)], 1), axis=0
-    )
+    triples = np.unique(np.stack([rng.integers(0, 30, 200), rng.integers(0, 2, 200), rng.integers(0, 30, 200)], 1),
+                        axis=0)
     g = SparseGraph.from_triples(triples, 30, 2)
     edges = {(h, r, t) for h, r, t in triples.tolist()} | {(t, r + 2, h) for h, r, t in triples.tolist()}
     bodies = [(0,), (0, 2), (2, 1)]

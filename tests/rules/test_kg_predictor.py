@@ -392,7 +392,9 @@ def test_design_is_the_canonical_csr_of_the_groundings(batch_nnz: int) -> None:
         want_cells, inverse = np.unique(batch.flat.numpy(), return_inverse=True)
         cols = batch.rule.numpy()[:, None] * 2 + np.arange(2)[None, :]
         feats = p._phi(batch).numpy()
-        want = sp.csr_matrix((feats.ravel(), (np.repeat(inverse, 2), cols.ravel())), shape=phi.shape, dtype=np.float32)
+        want = sp.csr_matrix(
+            (feats.ravel(), (np.repeat(inverse, 2), cols.ravel())), shape=phi.shape, dtype=np.float32
+        )
         np.testing.assert_array_equal(cells.numpy(), want_cells)
         assert phi.has_canonical_format
         for a, b in [(phi.indptr, want.indptr), (phi.indices, want.indices), (phi.data, want.data)]:
@@ -574,9 +576,7 @@ def test_worker_processes_fit_the_same_weights_as_one_process(
         np.testing.assert_array_equal(m.h_score, two.models[q].h_score)
     assert {q: len(c) for q, c in one.constants.items()} == {q: len(c) for q, c in two.constants.items()}
     assert log1.get("constant_rules") == log2.get("constant_rules")
-    assert log1.get("paths") == log2.get("paths") and {m.paths for m in two.models.values()} <= {
-        log2.get("paths", paths)
-    }
+    assert log1.get("paths") == log2.get("paths") and {m.paths for m in two.models.values()} <= {log2.get("paths", paths)}
     queries = torch.from_numpy(np.concatenate([test[:, [0, 1]], test[:, [2, 1]] + [0, 3]]))
     assert torch.equal(one.score(queries), two.score(queries))
     for q in log1["heads"]:  # the same log, apart from the time each head took
@@ -629,9 +629,7 @@ def test_auto_paths_keep_the_way_with_the_better_pooled_valid_mrr() -> None:
     pooled = {}
     for way in ("simple", "walks"):
         heads = [h for h in fits[way][1]["heads"].values() if h.get("valid_queries")]
-        pooled[way] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(
-            h["valid_queries"] for h in heads
-        )
+        pooled[way] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(h["valid_queries"] for h in heads)
     assert log["paths_valid_mrr"] == pytest.approx(pooled)
     want = "simple" if pooled["simple"] >= pooled["walks"] else "walks"
     assert log["paths"] == want

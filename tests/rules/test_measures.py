@@ -153,10 +153,9 @@ def test_large_graph_uses_sparse_engine_consistently() -> None:
     bodies = np.array([[1, 2, 8], [4, 3, 0], [0, 8, 8]])
     auto = count_bodies(heads, bodies, [doc], R)  # 9 tokens * N^2 > limit: scipy.sparse
     small = [GraphDoc(doc.facts[(doc.facts[:, 0] < 60) & (doc.facts[:, 2] < 60)], 60)]
-    assert (
-        count_bodies(heads, bodies, small, R, backend="sparse").to_dict()
-        == count_bodies(heads, bodies, small, R, backend="dense").to_dict()
-    )
+    assert count_bodies(heads, bodies, small, R, backend="sparse").to_dict() == count_bodies(
+        heads, bodies, small, R, backend="dense"
+    ).to_dict()
     assert auto.head_size.tolist() == [int((doc.facts[:, 1] == h).sum()) - _dupes(doc.facts, h) for h in heads]
 
 

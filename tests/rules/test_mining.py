@@ -146,10 +146,7 @@ def test_path_bodies_match_networkx_simple_edge_paths(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_mining_matches_logire_reader(seed: int) -> None:
     rng = np.random.default_rng(200 + seed)
-    docs = [
-        random_doc(rng, n=int(rng.integers(2, 8)), f=int(rng.integers(1, 12)), r=4, e=3, self_loops=True)
-        for _ in range(5)
-    ]
+    docs = [random_doc(rng, n=int(rng.integers(2, 8)), f=int(rng.integers(1, 12)), r=4, e=3, self_loops=True) for _ in range(5)]
     ref: dict = {}
     for d in docs:
         logire_counts(d, 4, 3, ref)

@@ -69,17 +69,13 @@ def test_momentum_equals_literal_logire_update() -> None:
 def test_mixture_update_uses_posterior_samples() -> None:
     pool = make_pool()
     # a point-mass posterior gives the same samples whatever the generator: (1-ρ)p + ρ·1
-    pool.update(
-        {T1: {(1, 4): 1.0}}, mode="mixture", ratio=0.7, num_samples=10, generator=torch.Generator().manual_seed(0)
-    )
+    pool.update({T1: {(1, 4): 1.0}}, mode="mixture", ratio=0.7, num_samples=10, generator=torch.Generator().manual_seed(0))
     d = pool.distribution(T1)
     assert d[(0,)] == pytest.approx(0.3 * 0.75) and d[(1, 4)] == pytest.approx(0.3 * 0.25 + 0.7)
     # a two-body posterior: the added mass is ρ·k/n with integer sample counts k, and deterministic
     pools = [make_pool(), make_pool()]
     for p in pools:
-        p.update(
-            {T2: {(0,): 0.5, (1,): 0.5}}, "mixture", 0.4, num_samples=20, generator=torch.Generator().manual_seed(5)
-        )
+        p.update({T2: {(0,): 0.5, (1,): 0.5}}, "mixture", 0.4, num_samples=20, generator=torch.Generator().manual_seed(5))
     assert pools[0].distribution(T2) == pools[1].distribution(T2)
     d2 = pools[0].distribution(T2)
     assert d2[(2, 2, 2)] == pytest.approx(0.6)

@@ -20,10 +20,8 @@ def test_posterior_minimises_the_kl_regularised_objective() -> None:
 
     def objective(x: np.ndarray) -> float:
         return float(-(x * H).sum() + (x * np.log(x)).sum() + lam * (x * (np.log(x) - np.log(p))).sum())
-
     best = objective(q)
     for _ in range(500):
         assert objective(rng.dirichlet(np.ones(6) * 0.5) + 1e-12) >= best - 1e-9
-    assert posterior_from_scores(
-        s, np.zeros(6), temperature=1, prior_weight=0, kl_weight=0, standardize=False
-    ) == pytest.approx(np.exp(s) / np.exp(s).sum())
+    assert posterior_from_scores(s, np.zeros(6), temperature=1, prior_weight=0, kl_weight=0,
+                                 standardize=False) == pytest.approx(np.exp(s) / np.exp(s).sum())

@@ -28,9 +28,8 @@ class Recorder:
 def _train(epochs: int = 2, samples: int = 100, batch: int = 32) -> tuple[list[float], list[torch.Tensor]]:
     cfg = GeneratorConfig(num_relations=R, num_types=2, d_model=16, nhead=2, dim_feedforward=32, dropout=0.1)
     m = RuleGenerator(cfg, torch.Generator().manual_seed(0))
-    losses = train_generator(
-        m, RulePool.from_distributions(PLANTED, R), epochs, batch, 1e-3, samples, torch.Generator().manual_seed(3)
-    )
+    losses = train_generator(m, RulePool.from_distributions(PLANTED, R), epochs, batch, 1e-3, samples,
+                             torch.Generator().manual_seed(3))
     return losses, [p.detach().clone() for p in m.parameters()]
 
 

@@ -110,28 +110,15 @@ def test_record_round_padded_equals_ragged() -> None:
 
     s1 = RuleStore(RELATIONS, TYPES)
     s1.record_round(
-        1,
-        triples,
-        padded_bodies,
-        padded_prior,
-        mask=mask,
-        client_posteriors=post,
-        client_weights=weights,
-        client_bias=bias,
-        client_instances=n,
-        posterior=np.array([[0.5, 0.5], [1.0, 0.0]]),
+        1, triples, padded_bodies, padded_prior, mask=mask, client_posteriors=post, client_weights=weights,
+        client_bias=bias, client_instances=n, posterior=np.array([[0.5, 0.5], [1.0, 0.0]]),
     )
     s2 = RuleStore(RELATIONS, TYPES)
     s2.record_round(
-        1,
-        triples,
-        ragged_bodies,
-        ragged_prior,
+        1, triples, ragged_bodies, ragged_prior,
         client_posteriors={"a": [np.array([0.7, 0.3]), np.array([1.0])], "b": {(0, 0, 0): [0.2, 0.8]}},
-        client_weights={"a": [[1.0, -1.0], [0.5]]},
-        client_bias={"a": [0.1, 0.2]},
-        client_instances={"a": [4, 2], "b": {(0, 0, 0): 3}},
-        posterior=[[0.5, 0.5], [1.0]],
+        client_weights={"a": [[1.0, -1.0], [0.5]]}, client_bias={"a": [0.1, 0.2]},
+        client_instances={"a": [4, 2], "b": {(0, 0, 0): 3}}, posterior=[[0.5, 0.5], [1.0]],
     )
     _assert_same(s1, s2)
     assert s1.rounds == [1]
@@ -287,12 +274,7 @@ def test_count_clients_sums_local_counts_to_the_union() -> None:
     parts = {"0": docs[:2], "1": docs[2:4], "9": docs[4:]}  # client "9" holds no posterior of any triple
     R = store.vocab.num_relations
     report = store.count_clients(parts)
-    assert report == {
-        "triples": 3,
-        "clients": 3,
-        "documents": 6,
-        "rules": sum(r.num_bodies for r in store.triples.values()),
-    }
+    assert report == {"triples": 3, "clients": 3, "documents": 6, "rules": sum(r.num_bodies for r in store.triples.values())}
     for t, rec in store.triples.items():
         union = count_bodies(t[0], rec.bodies, docs, R, pair_types=(t[1], t[2]))
         assert rec.counts is not None and rec.counts.to_dict() == union.to_dict()
@@ -344,11 +326,7 @@ def test_recorded_reading_order_round_trip_tsv_and_exports(tmp_path, small_store
     data = json.loads((tmp_path / "rules.json").read_text())
     assert data["version"] == 2 and data["reading_order"] == {"by": "contribution", "threshold": 0.95}
     assert data["triples"][0]["ranked"][1] == {
-        "bodies": [0, 2],
-        "explains": 0.2,
-        "loo_conf": 0.5,
-        "uses_head": True,
-        "detour": False,
+        "bodies": [0, 2], "explains": 0.2, "loo_conf": 0.5, "uses_head": True, "detour": False
     }
     loaded = RuleStore.load(tmp_path)
     assert loaded.ranked and loaded.triples[(0, 0, 0)].ranked == rec.ranked and loaded.to_json() == data

@@ -484,7 +484,8 @@ class FedNSLKGClient(Client):
             metrics["heads_cut_by_budget"] = float(log["heads_cut"])
             if log["heads_cut"]:
                 logger.info(
-                    "%s: the time budget ended training after fewer epochs on %d of %d heads",
+                    "%s: the time budget ended training after fewer epochs on %d of %d heads (a larger "
+                    "time_budget_s lets them train until early stopping)",
                     self.cid,
                     log["heads_cut"],
                     len(log["heads"]),

@@ -42,14 +42,8 @@ logging.getLogger("fednsl.runner").warning("FEDNSL-WARNING")
 import os; print(os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"), os.environ.get("FLWR_LOG_LEVEL"))
 """
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "FLWR_LOG_LEVEL")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return out.stderr + out.stdout
 

@@ -11,16 +11,8 @@ from fednsl.registry import Headline
 SUMMARY = {
     "method": "fednsl",
     "test_mrr": 0.4123,
-    "final": {
-        "evaluate": {
-            "seen_f1": 0.8661,
-            "backbone_seen_f1": 0.7369,
-            "unseen_f1": 0.81,
-            "backbone_unseen_f1": 0.7,
-            "flag": True,
-            "text": "x",
-        }
-    },
+    "final": {"evaluate": {"seen_f1": 0.8661, "backbone_seen_f1": 0.7369, "unseen_f1": 0.81, "backbone_unseen_f1": 0.7,
+                           "flag": True, "text": "x"}},
 }
 
 
@@ -34,13 +26,7 @@ def test_lookup_reads_stage_metrics_top_level_keys_and_config() -> None:
 
 def test_fmt() -> None:
     assert [fmt(0.86612), fmt(0.0123456), fmt(87.54), fmt(12345.6), fmt(None), fmt(math.nan)] == [
-        "0.866",
-        "0.0123",
-        "87.5",
-        "12346",
-        "n/a",
-        "n/a",
-    ]
+        "0.866", "0.0123", "87.5", "12346", "n/a", "n/a"]
 
 
 def test_headline_parts_with_references_defaults_and_complement() -> None:
@@ -50,16 +36,12 @@ def test_headline_parts_with_references_defaults_and_complement() -> None:
         Headline("missing", "evaluate/absent", "evaluate/absent_too", "ref"),
     )
     assert headline_parts(heads, SUMMARY, {"method_kwargs": {"alpha": 0.25}}) == [
-        "seen F1 0.866 (backbone 0.737)",
-        "coverage 0.866 (target 0.75)",
-        "missing n/a",
-    ]
+        "seen F1 0.866 (backbone 0.737)", "coverage 0.866 (target 0.75)", "missing n/a"]
     assert headline_parts(heads[1:2], SUMMARY, {}) == ["coverage 0.866 (target 0.9)"]  # the declared default
 
 
 def test_result_line_of_the_fednsl_headline() -> None:
     line = result_line(Path("runs/x"), SUMMARY, {})
-    assert line == (
-        f"fednsl: seen F1 0.866 (backbone 0.737) · unseen F1 0.81 (backbone 0.7) → {Path('runs/x') / 'summary.json'}"
-    )
+    assert line == ("fednsl: seen F1 0.866 (backbone 0.737) · unseen F1 0.81 (backbone 0.7) → "
+                    f"{Path('runs/x') / 'summary.json'}")
     assert result_line(Path("r"), {"method": "someone-elses"}).startswith("someone-elses: done → ")

@@ -76,15 +76,9 @@ print(json.dumps({{"paths": [" ".join(p) for p in paths], "heavy": heavy}}))
     proc = _run(["-c", code])
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {
-        "train",
-        "rules list",
-        "rules counts",
-        "rules score",
-        "data import-text",
-        "flower run",
-        "bench numeric",
-    } <= set(res["paths"])
+    assert {"train", "rules list", "rules counts", "rules score", "data import-text", "flower run", "bench numeric"} <= set(
+        res["paths"]
+    )
     assert res["heavy"] == []
 
 

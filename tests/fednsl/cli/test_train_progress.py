@@ -22,11 +22,7 @@ def _train(tmp_path: Path, method: str, *extra: str) -> list[str]:
     dump_config(tiny(method, rounds=3), cfg)
     out = subprocess.run(
         [sys.executable, "-m", "fednsl.cli.main", "train", str(cfg), "--out", str(tmp_path / "run"), *extra],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=600,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "it/s" not in out.stderr and "round/s" not in out.stderr  # no bar either

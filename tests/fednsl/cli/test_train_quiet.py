@@ -24,24 +24,9 @@ def test_flower_sim_run_is_quiet_without_v(tmp_path: Path) -> None:
     dump_config(tiny("fedavg"), cfg)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLWR_", "HF_HUB_", "TRANSFORMERS_"))}
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fednsl.cli.main",
-            "train",
-            str(cfg),
-            "--engine",
-            "flower-sim",
-            "--out",
-            str(tmp_path / "run"),
-            "--set",
-            "federation.client_timeout_s=600",
-        ],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, "-m", "fednsl.cli.main", "train", str(cfg), "--engine", "flower-sim", "--out",
+         str(tmp_path / "run"), "--set", "federation.client_timeout_s=600"],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = (out.stdout + out.stderr).strip().splitlines()

@@ -53,15 +53,9 @@ class LoopbackGrid(Grid):
     heartbeats). ``silent`` nodes stay listed but never reply.
     """
 
-    def __init__(
-        self,
-        app: FednslClientApp,
-        num_nodes: int,
-        *,
-        fresh_process: bool = True,
-        node_configs: Mapping[int, dict] | None = None,
-        before_deliver: Callable[["LoopbackGrid", Message], None] | None = None,
-    ):
+    def __init__(self, app: FednslClientApp, num_nodes: int, *, fresh_process: bool = True,
+                 node_configs: Mapping[int, dict] | None = None,
+                 before_deliver: Callable[["LoopbackGrid", Message], None] | None = None):
         self.app, self.fresh_process, self.before_deliver = app, fresh_process, before_deliver
         # who "this process" is: Flower's ServerApp runtime sets it before the ServerApp creates messages
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 42, SUPERLINK_NODE_ID
@@ -69,9 +63,8 @@ class LoopbackGrid(Grid):
         for i in range(num_nodes):
             node = 1000 + 7 * i  # node ids unrelated to partition ids
             cfg = (node_configs or {}).get(i, {"partition-id": i, "num-partitions": num_nodes})
-            self.contexts[node] = Context(
-                run_id=2**64 - 5, node_id=node, node_config=cfg, state=RecordDict(), run_config={}
-            )  # Flower run ids are uint64
+            self.contexts[node] = Context(run_id=2 ** 64 - 5, node_id=node, node_config=cfg, state=RecordDict(),
+                                          run_config={})  # Flower run ids are uint64
         self.dead: set[int] = set()
         self.unavailable: set[int] = set()
         self.silent: set[int] = set()
@@ -118,9 +111,8 @@ class LoopbackGrid(Grid):
             try:
                 reply = self.app(msg, self.contexts[node])
             except Exception as exc:  # noqa: BLE001 - what Flower turns into an error reply
-                reply = Message(
-                    Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"), reply_to=msg
-                )
+                reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"),
+                                reply_to=msg)
             self.replies[mid] = reply
         return ids
 

@@ -51,11 +51,8 @@ class CountingClient(Client):
     def handle(self, msg: Message) -> Message:
         self.count += 1
         rng = np.random.default_rng(int(msg.config["seed"]))
-        return msg.reply(
-            self.cid,
-            arrays={"x": msg.arrays["w"] + rng.normal(size=3)},
-            metrics={"count": self.count, "num_examples": 1},
-        )
+        return msg.reply(self.cid, arrays={"x": msg.arrays["w"] + rng.normal(size=3)},
+                         metrics={"count": self.count, "num_examples": 1})
 
     def state_dict(self) -> dict[str, Any]:
         return {"count": self.count}
@@ -78,10 +75,8 @@ class OddStages(Strategy):
 
     def declare_stages(self) -> tuple[Stage, ...]:
         def configure(stage: str):
-            return lambda rnd, clients: {
-                c: Message(stage, rnd, arrays={"w": self.w}, config={"note": None, "k": [1, [2]]}) for c in clients
-            }
-
+            return lambda rnd, clients: {c: Message(stage, rnd, arrays={"w": self.w},
+                                                    config={"note": None, "k": [1, [2]]}) for c in clients}
         return tuple(Stage(name, configure(name), self._aggregate, reply=self.SCHEMA) for name in self.NAMES)
 
     def _aggregate(self, rnd, replies, failures):
@@ -104,15 +99,9 @@ def toy_config(**fed) -> RunConfig:
 
 
 def fedavg_config(**fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=2,
-        seed=7,
-        name="t",
-        data={"num_clients": 3, "samples_per_client": 60, "features": 4},
-        method_kwargs={"hidden": 8},
-        federation={"min_clients": 2, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=2, seed=7, name="t",
+                     data={"num_clients": 3, "samples_per_client": 60, "features": 4}, method_kwargs={"hidden": 8},
+                     federation={"min_clients": 2, **fed})
 
 
 def run_grid(fed: Federation, cfg: RunConfig, run_dir: Path, **grid_kw) -> tuple[Any, LoopbackGrid]:
@@ -132,9 +121,8 @@ def run_inprocess(fed: Federation, cfg: RunConfig, run_dir: Path):
 def test_stateful_client_and_custom_stages_equal_inprocess(tmp_path, fresh_process, picklable):
     """Client state survives stages and rounds (pickled in Context.state, or its state_dict when unpicklable)."""
     ref = run_inprocess(toy_federation(), toy_config(), tmp_path / "ref")
-    res, grid = run_grid(
-        toy_federation(picklable=picklable), toy_config(), tmp_path / "grid", fresh_process=fresh_process
-    )
+    res, grid = run_grid(toy_federation(picklable=picklable), toy_config(), tmp_path / "grid",
+                         fresh_process=fresh_process)
     assert strip(res.rows) == strip(ref.rows)
     counts = [r["count"] for r in res.rows if r["scope"] == "client:c1"]
     assert counts == list(range(1, 9))  # 2 rounds x 4 stages on the same client object
@@ -218,14 +206,8 @@ def test_silent_node_times_out(tmp_path, caplog):
     grid = LoopbackGrid(FednslClientApp(ObjectSource(copy.deepcopy(fed.clients))), 3)
     grid.silent.add(grid.node_of_partition(0))
     with caplog.at_level("WARNING", logger="fednsl"):
-        res = GridRunner(
-            fed,
-            cfg,
-            mk(tmp_path / "g"),
-            grid=grid,
-            progress=False,
-            options=GridOptions(node_wait_s=0.5, poll_s=0.001, liveness_s=0.005),
-        ).run()
+        res = GridRunner(fed, cfg, mk(tmp_path / "g"), grid=grid, progress=False,
+                         options=GridOptions(node_wait_s=0.5, poll_s=0.001, liveness_s=0.005)).run()
     rows = [r for r in res.rows if r["scope"] == "server" and r["stage"] == "train"]
     assert [r["train.replies"] for r in rows] == [2, 2]
     assert "no SuperNode for clients ['c0']" in caplog.text  # the silent node never answered the hello
@@ -276,15 +258,12 @@ def test_client_exception_becomes_a_failed_reply(tmp_path, caplog):
 def test_bad_node_configs_are_rejected_with_reasons(tmp_path):
     cfg = fedavg_config()
     fed = build_method(cfg)
-    node_cfgs = {
-        0: {"partition-id": 0, "num-partitions": 4},  # wrong federation size
-        1: {"num-partitions": 3},  # no partition-id
-        2: {"partition-id": 2, "num-partitions": 3},
-    }
+    node_cfgs = {0: {"partition-id": 0, "num-partitions": 4},        # wrong federation size
+                 1: {"num-partitions": 3},                            # no partition-id
+                 2: {"partition-id": 2, "num-partitions": 3}}
     grid = LoopbackGrid(FednslClientApp(ObjectSource(copy.deepcopy(fed.clients))), 3, node_configs=node_cfgs)
-    runner = GridRunner(
-        fed, cfg, mk(tmp_path / "g"), grid=grid, progress=False, options=GridOptions(node_wait_s=0.2, poll_s=0.001)
-    )
+    runner = GridRunner(fed, cfg, mk(tmp_path / "g"), grid=grid, progress=False,
+                        options=GridOptions(node_wait_s=0.2, poll_s=0.001))
     with pytest.raises(RuntimeError, match="only 1 of 3 clients have a SuperNode") as err:
         runner.run()
     assert "num-partitions=4, but the method has 3 clients" in str(err.value)
@@ -296,9 +275,8 @@ def test_duplicate_partition_is_refused(tmp_path):
     fed = build_method(cfg)
     node_cfgs = {1: {"partition-id": 0, "num-partitions": 3}}
     grid = LoopbackGrid(FednslClientApp(ObjectSource(copy.deepcopy(fed.clients))), 3, node_configs=node_cfgs)
-    runner = GridRunner(
-        fed, cfg, mk(tmp_path / "g"), grid=grid, progress=False, options=GridOptions(node_wait_s=0.2, poll_s=0.001)
-    )
+    runner = GridRunner(fed, cfg, mk(tmp_path / "g"), grid=grid, progress=False,
+                        options=GridOptions(node_wait_s=0.2, poll_s=0.001))
     res = runner.run()
     assert sorted(runner.node_of) == ["c0", "c2"]
     assert any("already served" in why for why in runner.rejected.values())
@@ -307,11 +285,9 @@ def test_duplicate_partition_is_refused(tmp_path):
 
 # -- packaging -----------------------------------------------------------------------------------------------
 def test_core_does_not_import_flower_and_engines_load_lazily():
-    code = (
-        "import sys, fednsl.pipeline as p; assert 'flwr' not in sys.modules, 'core imported flwr';"
-        "assert 'flower' not in p.ENGINES; p.get_engine('flower-sim'); p.get_engine('flower');"
-        "assert 'flwr' in sys.modules; print(p.ENGINES.names())"
-    )
+    code = ("import sys, fednsl.pipeline as p; assert 'flwr' not in sys.modules, 'core imported flwr';"
+            "assert 'flower' not in p.ENGINES; p.get_engine('flower-sim'); p.get_engine('flower');"
+            "assert 'flwr' in sys.modules; print(p.ENGINES.names())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "'flower', 'flower-sim'" in out.stdout

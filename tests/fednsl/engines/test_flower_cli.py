@@ -17,17 +17,13 @@ from tests.fednsl.engines.flower_helpers import strip_times  # noqa: E402
 
 
 def test_app_writes_a_flower_app_with_the_resolved_config(tmp_path):
-    res = CliRunner().invoke(
-        cli,
-        ["flower", "app", "fedavg_blobs", str(tmp_path / "app"), "--out", str(tmp_path / "run"), "--set", "rounds=3"],
-    )
+    res = CliRunner().invoke(cli, ["flower", "app", "fedavg_blobs", str(tmp_path / "app"), "--out",
+                                   str(tmp_path / "run"), "--set", "rounds=3"])
     assert res.exit_code == 0, res.output
     doc = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())
     app = doc["tool"]["flwr"]["app"]
-    assert app["components"] == {
-        "serverapp": "fednsl.engines.flower:server_app",
-        "clientapp": "fednsl.engines.flower_client:client_app",
-    }
+    assert app["components"] == {"serverapp": "fednsl.engines.flower:server_app",
+                                 "clientapp": "fednsl.engines.flower_client:client_app"}
     cfg = config_from_text(app["config"]["fednsl-config"])
     assert (cfg.method, cfg.rounds, cfg.engine) == ("fedavg", 3, "flower")
     assert app["config"]["run-dir"] == str((tmp_path / "run").resolve())
@@ -43,15 +39,9 @@ def test_certs_writes_tls_material_and_node_keys(tmp_path):
 
 
 def test_deployment_options_from_environment():
-    opts = DeploymentOptions.from_env(
-        {"FEDNSL_FLOWER_SUPERLINK": "10.0.0.1:9092", "FEDNSL_FLOWER_LOCAL_TLS": "yes", "FEDNSL_FLOWER_NODE_WAIT_S": "5"}
-    )
-    assert (opts.superlink, opts.local_tls, opts.node_wait_s, opts.root_certificates) == (
-        "10.0.0.1:9092",
-        True,
-        5.0,
-        None,
-    )
+    opts = DeploymentOptions.from_env({"FEDNSL_FLOWER_SUPERLINK": "10.0.0.1:9092", "FEDNSL_FLOWER_LOCAL_TLS": "yes",
+                                       "FEDNSL_FLOWER_NODE_WAIT_S": "5"})
+    assert (opts.superlink, opts.local_tls, opts.node_wait_s, opts.root_certificates) == ("10.0.0.1:9092", True, 5.0, None)
     assert DeploymentOptions.from_env(opts.to_env()) == opts
     with pytest.raises(ValueError, match="FEDNSL_FLOWER_POLL_S"):
         DeploymentOptions.from_env({"FEDNSL_FLOWER_POLL_S": "fast"})
@@ -70,9 +60,8 @@ def test_train_engine_flower_starts_and_stops_a_local_federation(tmp_path, monke
     common = ["--set", "rounds=1", "--set", "data.num_clients=2", "--set", "data.samples_per_client=40", "--quiet"]
     ref = CliRunner().invoke(cli, ["train", "fedavg_blobs", "--out", str(tmp_path / "ref"), *common])
     assert ref.exit_code == 0, ref.output
-    res = CliRunner().invoke(
-        cli, ["train", "fedavg_blobs", "--engine", "flower", "--out", str(tmp_path / "fl"), *common]
-    )
+    res = CliRunner().invoke(cli, ["train", "fedavg_blobs", "--engine", "flower", "--out", str(tmp_path / "fl"),
+                                   *common])
     assert res.exit_code == 0, res.output
     assert strip_times(MetricsLog(tmp_path / "fl").rows()) == strip_times(MetricsLog(tmp_path / "ref").rows())
     logs = tmp_path / "fl" / "flower" / "local" / "logs"
@@ -99,14 +88,8 @@ def certs(tmp_path):
 
 
 def test_superlink_is_tls_with_node_auth_by_default(launched, certs):
-    tls = [
-        "--ssl-ca-certfile",
-        str(certs / "ca.crt"),
-        "--ssl-certfile",
-        str(certs / "server.pem"),
-        "--ssl-keyfile",
-        str(certs / "server.key"),
-    ]
+    tls = ["--ssl-ca-certfile", str(certs / "ca.crt"), "--ssl-certfile", str(certs / "server.pem"),
+           "--ssl-keyfile", str(certs / "server.key")]
     res = CliRunner().invoke(cli, ["flower", "superlink", "--host", "0.0.0.0", *tls])
     assert res.exit_code == 0, res.output
     argv = launched[-1]
@@ -134,18 +117,8 @@ def test_supernode_needs_certificates_and_a_key_unless_insecure_on_loopback(laun
     assert res.exit_code == 2 and "--root-certificates" in res.output
     res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--root-certificates", str(certs / "ca.crt")])
     assert res.exit_code == 2 and "--auth-key" in res.output
-    res = CliRunner().invoke(
-        cli,
-        [
-            *base,
-            "--superlink",
-            "10.0.0.5:9092",
-            "--root-certificates",
-            str(certs / "ca.crt"),
-            "--auth-key",
-            str(certs / "supernode-0"),
-        ],
-    )
+    res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--root-certificates", str(certs / "ca.crt"),
+                                   "--auth-key", str(certs / "supernode-0")])
     assert res.exit_code == 0, res.output
     assert "--auth-supernode-private-key" in launched[-1] and "--insecure" not in launched[-1]
     res = CliRunner().invoke(cli, [*base, "--superlink", "10.0.0.5:9092", "--insecure"])

@@ -33,15 +33,9 @@ from tests.fednsl.engines.test_flower import FailsFromRound, model_rows  # noqa:
 
 
 def fedavg_config(**fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=2,
-        seed=7,
-        name="t",
-        data={"num_clients": 3, "samples_per_client": 60, "features": 4},
-        method_kwargs={"hidden": 8},
-        federation={"min_clients": 2, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=2, seed=7, name="t",
+                     data={"num_clients": 3, "samples_per_client": 60, "features": 4}, method_kwargs={"hidden": 8},
+                     federation={"min_clients": 2, **fed})
 
 
 def use_superlink(monkeypatch, fed: LocalFederation) -> None:
@@ -69,20 +63,14 @@ def test_fedavg_and_fednsl_on_a_superlink_with_3_supernodes(tmp_path, monkeypatc
     fednsl = load_config("fednsl_synthetic", ["rounds=2", "data.num_clients=3", "federation.evaluate_every=2"])
     fed = LocalFederation(3, tmp_path / "federation", start_timeout_s=90)
     with ThreadPoolExecutor(max_workers=3) as pool:
-        refs = pool.submit(
-            lambda: (
-                train(fedavg, tmp_path / "fedavg-ref", progress=False),
-                train(fednsl, tmp_path / "fednsl-ref", progress=False),
-            )
-        )
+        refs = pool.submit(lambda: (train(fedavg, tmp_path / "fedavg-ref", progress=False),
+                                    train(fednsl, tmp_path / "fednsl-ref", progress=False)))
         try:
             fed.start()
             use_superlink(monkeypatch, fed)
             ref_avg, ref_nsl = refs.result(timeout=600)
-            jobs = [
-                pool.submit(train, replace(cfg, engine="flower"), tmp_path / f"{name}-flower", progress=False)
-                for name, cfg in (("fednsl", fednsl), ("fedavg", fedavg))
-            ]
+            jobs = [pool.submit(train, replace(cfg, engine="flower"), tmp_path / f"{name}-flower", progress=False)
+                    for name, cfg in (("fednsl", fednsl), ("fedavg", fedavg))]
             dep_nsl, dep_avg = (job.result(timeout=600) for job in jobs)
         finally:
             fed.stop()
@@ -118,27 +106,12 @@ def test_tls_auth_and_a_killed_supernode(tmp_path, monkeypatch):
             fed.start()
             use_superlink(monkeypatch, fed)
             # a SuperNode whose key was never registered: the SuperLink must refuse it
-            ((priv, _),) = make_node_keys(tmp_path / "intruder", 1)
-            intruder = ManagedProcess(
-                "intruder",
-                [
-                    flower_bin("flower-supernode"),
-                    "--superlink",
-                    fed.address,
-                    "--root-certificates",
-                    str(fed.tls_files.ca_cert),
-                    "--auth-supernode-private-key",
-                    str(priv),
-                    "--max-retries",
-                    "0",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    "partition-id=0 num-partitions=3",
-                ],
-                tmp_path / "intruder.log",
-                fed._env("intruder"),
-            )
+            (priv, _), = make_node_keys(tmp_path / "intruder", 1)
+            intruder = ManagedProcess("intruder", [
+                flower_bin("flower-supernode"), "--superlink", fed.address, "--root-certificates",
+                str(fed.tls_files.ca_cert), "--auth-supernode-private-key", str(priv), "--max-retries", "0",
+                "--port", str(free_port()), "--node-config", "partition-id=0 num-partitions=3"],
+                tmp_path / "intruder.log", fed._env("intruder"))
             job = pool.submit(train, replace(cfg, engine="flower"), run_dir, progress=False)
             _wait_for_round(run_dir, 1, 300)
             fed.kill_supernode(2)
@@ -153,9 +126,7 @@ def test_tls_auth_and_a_killed_supernode(tmp_path, monkeypatch):
             fed.stop()
     assert all_stopped(fed)
     assert model_rows(dep.rows) == model_rows(ref.rows)
-    assert strip_times([r for r in dep.rows if r["round"] == 1]) == strip_times(
-        [r for r in ref.rows if r["round"] == 1]
-    )
+    assert strip_times([r for r in dep.rows if r["round"] == 1]) == strip_times([r for r in ref.rows if r["round"] == 1])
     r2 = next(r for r in dep.rows if r["scope"] == "server" and r["round"] == 2 and r["stage"] == "train")
     assert r2["train.replies"] == 2 and r2["train.aborted"] == 0
     if r2["train.dropped"]:  # c2 was still listed when round 2 began: the ServerApp dropped it and said so

@@ -24,36 +24,17 @@ from fednsl.federation.records import Message  # noqa: E402
 def rich_message() -> Message:
     rng = np.random.default_rng(0)
     return Message(
-        kind="train.stats",
-        round=3,
-        sender="c07",
-        arrays={
-            "z_last": rng.normal(size=(150, 50)).astype(np.float32),  # declared first, kept first
-            "a_first": np.arange(6, dtype=np.int64).reshape(2, 3),
-            "mask": rng.random((4, 5)) > 0.5,
-            "scalar": np.array(2.5),
-            "empty": np.zeros((0, 7), dtype=np.float64),
-            "strided": np.arange(20.0)[::3],
-        },
-        config={
-            "lr": 0.1,
-            "seed": 123456789,
-            "name": "x",
-            "flag": True,
-            "blob": b"\x00\x01",
-            "ints": [1, 2, 3],
-            "none": None,
-            "empty": [],
-            "nested": [[1, 2], [3]],
-            "mixed": [1, "a"],
-            "map": {"a": 1},
-            "np_int": np.int64(7),
-            "np_float": np.float32(0.5),
-            "huge": 2**70,
-            "bools": [True, False],
-        },
-        metrics={"num_examples": 12, "loss": 0.25},
-    )
+        kind="train.stats", round=3, sender="c07",
+        arrays={"z_last": rng.normal(size=(150, 50)).astype(np.float32),   # declared first, kept first
+                "a_first": np.arange(6, dtype=np.int64).reshape(2, 3),
+                "mask": rng.random((4, 5)) > 0.5,
+                "scalar": np.array(2.5),
+                "empty": np.zeros((0, 7), dtype=np.float64),
+                "strided": np.arange(20.0)[::3]},
+        config={"lr": 0.1, "seed": 123456789, "name": "x", "flag": True, "blob": b"\x00\x01", "ints": [1, 2, 3],
+                "none": None, "empty": [], "nested": [[1, 2], [3]], "mixed": [1, "a"], "map": {"a": 1},
+                "np_int": np.int64(7), "np_float": np.float32(0.5), "huge": 2 ** 70, "bools": [True, False]},
+        metrics={"num_examples": 12, "loss": 0.25})
 
 
 def assert_same(a: Message, b: Message) -> None:
@@ -101,23 +82,12 @@ def test_records_are_the_flower_kinds():
     assert is_fednsl(content) and not is_fednsl(RecordDict())
 
 
-@pytest.mark.parametrize(
-    "stage,expected",
-    [
-        ("train", "train"),
-        ("evaluate", "evaluate"),
-        ("query", "query"),
-        ("train.stats", "train.stats"),
-        ("evaluate.seen", "evaluate.seen"),
-        ("share", "query.share"),
-        ("em.1", "query.em_1"),
-        ("calibrate.scale", "query.calibrate_scale"),
-        ("cluster.train", "query.cluster_train"),
-        ("train.1", "query.train_1"),
-        ("1st", "query.s_1st"),
-        ("pre-train", "query.pre_train"),
-    ],
-)
+@pytest.mark.parametrize("stage,expected", [
+    ("train", "train"), ("evaluate", "evaluate"), ("query", "query"), ("train.stats", "train.stats"),
+    ("evaluate.seen", "evaluate.seen"), ("share", "query.share"), ("em.1", "query.em_1"),
+    ("calibrate.scale", "query.calibrate_scale"), ("cluster.train", "query.cluster_train"),
+    ("train.1", "query.train_1"), ("1st", "query.s_1st"), ("pre-train", "query.pre_train"),
+])
 def test_message_types_are_valid_flower_types(stage, expected):
     assert message_type(stage) == expected
     assert validate_message_type(message_type(stage))

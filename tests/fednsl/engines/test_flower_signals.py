@@ -50,7 +50,8 @@ def _descendants(root: int) -> set[int]:
 
 
 def _alive(pids: set[int], pgids: set[int]) -> list[int]:
-    return [pid for pid, (_, pgid, state) in _proc_table().items() if state != "Z" and (pid in pids or pgid in pgids)]
+    return [pid for pid, (_, pgid, state) in _proc_table().items()
+            if state != "Z" and (pid in pids or pgid in pgids)]
 
 
 def _port_free(port: int) -> bool:
@@ -76,35 +77,15 @@ def _wait(cond, timeout_s: float, what: str) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_signal_stops_superlink_supernodes_and_flwr_run(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "FEDNSL_FLOWER_RUN_TIMEOUT_S": "600",
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "FEDNSL_FLOWER_RUN_TIMEOUT_S": "600"}
     for key in ("FEDNSL_FLOWER_SUPERLINK", "FEDNSL_FLOWER_ROOT_CERTIFICATES", "FEDNSL_FLOWER_LOCAL_TLS"):
         env.pop(key, None)
-    argv = [
-        sys.executable,
-        "-m",
-        "fednsl.cli.main",
-        "train",
-        "fedavg_blobs",
-        "--engine",
-        "flower",
-        "--out",
-        str(out),
-        "--set",
-        "rounds=500",
-        "--set",
-        "data.num_clients=2",
-        "--set",
-        "data.samples_per_client=40",
-        "--quiet",
-    ]
+    argv = [sys.executable, "-m", "fednsl.cli.main", "train", "fedavg_blobs", "--engine", "flower", "--out", str(out),
+            "--set", "rounds=500", "--set", "data.num_clients=2", "--set", "data.samples_per_client=40", "--quiet"]
     log = (tmp_path / "train.log").open("w")
-    proc = subprocess.Popen(
-        argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     children: set[int] = set()
     groups: set[int] = set()
     try:
@@ -112,9 +93,8 @@ def test_signal_stops_superlink_supernodes_and_flwr_run(tmp_path: Path, sig: int
 
         def round_one_done() -> bool:
             assert proc.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
-            return metrics.exists() and any(
-                json.loads(x).get("stage") == "round" for x in metrics.read_text().splitlines() if x.strip()
-            )
+            return metrics.exists() and any(json.loads(x).get("stage") == "round"
+                                            for x in metrics.read_text().splitlines() if x.strip())
 
         _wait(round_one_done, 240, "round 1 did not finish")
         children = _descendants(proc.pid)

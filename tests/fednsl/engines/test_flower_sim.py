@@ -27,23 +27,13 @@ def ray_up():
 
 
 def test_fedavg_simulation_equals_inprocess(tmp_path, ray_up):
-    cfg = RunConfig(
-        method="fedavg",
-        rounds=2,
-        seed=7,
-        name="t",
-        data={"num_clients": 3, "samples_per_client": 60, "features": 4},
-        method_kwargs={"hidden": 8},
-        federation={"min_clients": 2, "client_timeout_s": 60.0},
-    )
+    cfg = RunConfig(method="fedavg", rounds=2, seed=7, name="t",
+                    data={"num_clients": 3, "samples_per_client": 60, "features": 4}, method_kwargs={"hidden": 8},
+                    federation={"min_clients": 2, "client_timeout_s": 60.0})
     seen = []
     ref = train(cfg, tmp_path / "ref", progress=False)
-    sim = train(
-        replace(cfg, engine="flower-sim"),
-        tmp_path / "sim",
-        progress=False,
-        message_hook=lambda d, cid, m: seen.append((d, cid, m.kind, m.round)),
-    )
+    sim = train(replace(cfg, engine="flower-sim"), tmp_path / "sim", progress=False,
+                message_hook=lambda d, cid, m: seen.append((d, cid, m.kind, m.round)))
     assert strip_times(sim.rows) == strip_times(ref.rows)
     assert ("up", "c2", "evaluate", 2) in seen and ("down", "c0", "train", 1) in seen
     assert (tmp_path / "sim" / "summary.json").exists() and (tmp_path / "sim" / "checkpoints").is_dir()

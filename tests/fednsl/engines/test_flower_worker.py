@@ -18,15 +18,9 @@ from fednsl.federation.records import Message  # noqa: E402
 
 
 def fedavg_config() -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=2,
-        seed=7,
-        name="w",
-        data={"num_clients": 3, "samples_per_client": 30, "features": 4},
-        method_kwargs={"hidden": 4},
-        federation={"min_clients": 1},
-    )
+    return RunConfig(method="fedavg", rounds=2, seed=7, name="w",
+                     data={"num_clients": 3, "samples_per_client": 30, "features": 4}, method_kwargs={"hidden": 4},
+                     federation={"min_clients": 1})
 
 
 def worker_pids(path) -> list[int]:
@@ -42,22 +36,12 @@ def worker_pids(path) -> list[int]:
 
 
 def test_message_codec_round_trip_without_pickle() -> None:
-    msg = Message(
-        "train.stats",
-        3,
-        "c1",
-        arrays={"a": np.arange(6, dtype=np.int64).reshape(2, 3), "m": np.array([True, False]), "z": np.float32(1.5)},
-        config={"lr": 0.1, "k": [1, 2], "note": None, "seed": 9},
-        metrics={"n": 4, "loss": 0.25},
-    )
+    msg = Message("train.stats", 3, "c1", arrays={"a": np.arange(6, dtype=np.int64).reshape(2, 3),
+                                                   "m": np.array([True, False]), "z": np.float32(1.5)},
+                  config={"lr": 0.1, "k": [1, 2], "note": None, "seed": 9}, metrics={"n": 4, "loss": 0.25})
     back = fw.message_from_bytes(fw.message_to_bytes(msg))
     assert (back.kind, back.round, back.sender, back.config, back.metrics) == (
-        msg.kind,
-        msg.round,
-        msg.sender,
-        msg.config,
-        msg.metrics,
-    )
+        msg.kind, msg.round, msg.sender, msg.config, msg.metrics)
     for k, v in msg.arrays.items():
         assert back.arrays[k].dtype == np.asarray(v).dtype and np.array_equal(back.arrays[k], v)
 
@@ -65,7 +49,6 @@ def test_message_codec_round_trip_without_pickle() -> None:
 def test_worker_serves_like_the_client_keeps_state_and_restarts_from_node_state(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cfg = fedavg_config()
     ref = build_method(cfg)
@@ -92,9 +75,8 @@ def test_worker_serves_like_the_client_keeps_state_and_restarts_from_node_state(
     for pid in worker_pids(path):  # the worker this test started
         os.kill(pid, signal.SIGKILL)
     path.unlink(missing_ok=True)
-    again, answer2, _ = fw.serve_via_worker(
-        fw.connect(path, launcher_pid=os.getpid()), {**header, "version": 1}, request, ("client", blob)
-    )
+    again, answer2, _ = fw.serve_via_worker(fw.connect(path, launcher_pid=os.getpid()), {**header, "version": 1},
+                                            request, ("client", blob))
     assert answer2["version"] == 2
     second = ref.clients["c1"].handle(request)  # the reference client's second call on the same request
     for k, v in second.arrays.items():

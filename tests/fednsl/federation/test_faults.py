@@ -87,7 +87,8 @@ def _params(cells):
 
 # methods whose tiny run takes about a second; the others (fednsl, fednsl-gmm, lrxfl, fedstl, logicp, cp-ifca,
 # ts-fedavg, ts-fedbayes: 5-25 s per cell on 2 loaded cores) run only in the slow part
-QUICK = ("fedavg-numeric", "pfedme", "perfedavg", "pfedbayes", "kifl", "ts-fedprox", "ts-ditto", "ts-fedrep", "ts-ifca")
+QUICK = ("fedavg-numeric", "pfedme", "perfedavg", "pfedbayes", "kifl", "ts-fedprox", "ts-ditto", "ts-fedrep",
+         "ts-ifca")
 FAST = [("fedavg", k) for k in KINDS] + [(m, KINDS[i % len(KINDS)]) for i, m in enumerate(QUICK)]
 SLOW = [(m, k) for m in sorted(TINY) for k in KINDS if (m, k) not in FAST]
 
@@ -106,16 +107,8 @@ def test_fault_matrix_full(method: str, kind: str, tmp_path: Path) -> None:
 def test_quorum_loss_abort_keeps_what_was_written_and_resume_completes(tmp_path: Path) -> None:
     """Every client fails in round 2 with on_quorum_loss=abort: a clear stop; round 1 is kept; resume works."""
     out = tmp_path / "run"
-    cfg = tiny(
-        "fedavg",
-        3,
-        [
-            "federation.on_quorum_loss=abort",
-            "federation.faults.kind=raise",
-            "federation.faults.clients=all",
-            "federation.faults.rounds=[2]",
-        ],
-    )
+    cfg = tiny("fedavg", 3, ["federation.on_quorum_loss=abort", "federation.faults.kind=raise",
+                             "federation.faults.clients=all", "federation.faults.rounds=[2]"])
     with pytest.raises(QuorumLostError, match="round 2 train"):
         train(cfg, out, progress=False)
     rows = MetricsLog(out).rows()
@@ -127,16 +120,8 @@ def test_quorum_loss_abort_keeps_what_was_written_and_resume_completes(tmp_path:
 
 
 def test_fednsl_first_round_stats_quorum_loss_is_retried_next_round(tmp_path: Path, caplog) -> None:
-    cfg = tiny(
-        "fednsl",
-        2,
-        [
-            "federation.faults.kind=raise",
-            "federation.faults.clients=all",
-            "federation.faults.rounds=[1]",
-            "federation.faults.stages=[train.stats]",
-        ],
-    )
+    cfg = tiny("fednsl", 2, ["federation.faults.kind=raise", "federation.faults.clients=all",
+                             "federation.faults.rounds=[1]", "federation.faults.stages=[train.stats]"])
     res = train(cfg, tmp_path / "run", progress=False)  # used to end in "RuntimeError: the rule pool is empty"
     server = {(r["round"], r["stage"]): r for r in res.rows if r["scope"] == "server"}
     assert server[(1, "train.stats")]["train.stats.aborted"] == 1
@@ -145,9 +130,8 @@ def test_fednsl_first_round_stats_quorum_loss_is_retried_next_round(tmp_path: Pa
     assert server[(2, "train")]["train.replies"] == 3 and res.federation.strategy.initialised
     assert any("train.stats lost its quorum" in r.getMessage() for r in caplog.records)
     with pytest.raises(QuorumLostError, match="round 1 train.stats"):
-        train(
-            tiny("fednsl", 2, [*cfg_overrides(cfg), "federation.on_quorum_loss=abort"]), tmp_path / "b", progress=False
-        )
+        train(tiny("fednsl", 2, [*cfg_overrides(cfg), "federation.on_quorum_loss=abort"]), tmp_path / "b",
+              progress=False)
 
 
 def cfg_overrides(cfg: RunConfig) -> list[str]:
@@ -159,17 +143,11 @@ def test_fault_config_is_checked_when_read() -> None:
     with pytest.raises(ValueError, match=r"federation\.faults\.kind must be one of \['raise'"):
         tiny("fedavg", 1, ["federation.faults.kind=boom", "federation.faults.clients=[c0]"])
     with pytest.raises(ValueError, match=r"federation\.faults\.x\.rounds must be a list of round numbers"):
-        tiny(
-            "fedavg",
-            1,
-            ["federation.faults.x.kind=raise", "federation.faults.x.clients=all", "federation.faults.x.rounds=[0]"],
-        )
+        tiny("fedavg", 1, ["federation.faults.x.kind=raise", "federation.faults.x.clients=all",
+                           "federation.faults.x.rounds=[0]"])
     with pytest.raises(ValueError, match=r"unknown client\(s\) \['zz'\]"):
-        train(
-            tiny("fedavg", 1, ["federation.faults.kind=raise", "federation.faults.clients=[zz]"]),
-            Path("/nonexistent/never-written"),
-            progress=False,
-        )
+        train(tiny("fedavg", 1, ["federation.faults.kind=raise", "federation.faults.clients=[zz]"]),
+              Path("/nonexistent/never-written"), progress=False)
 
 
 def test_corruptions_do_what_they_say() -> None:
@@ -209,9 +187,7 @@ def test_in_process_crash_is_a_dedicated_exception_and_state_passes_through() ->
 @pytest.mark.parametrize("kind", ["crash", "raise"])
 def test_decentralised_engine_survives_a_crashing_peer(kind: str, tmp_path: Path) -> None:
     """The peer-to-peer engine catches client exceptions too: an injected crash drops that peer's reply."""
-    cfg = tiny(
-        "fedavg", 2, ["engine=decentralised", f"federation.faults.kind={kind}", "federation.faults.clients=[c2]"]
-    )
+    cfg = tiny("fedavg", 2, ["engine=decentralised", f"federation.faults.kind={kind}", "federation.faults.clients=[c2]"])
     res = train(cfg, tmp_path / "run", progress=False)
     assert {r["round"] for r in res.rows} == {1, 2} and len(Checkpoints(tmp_path / "run").list()) == 2
     assert "c2" in (tmp_path / "run" / "run.log").read_text()
@@ -219,17 +195,8 @@ def test_decentralised_engine_survives_a_crashing_peer(kind: str, tmp_path: Path
 
 def test_decentralised_engine_skips_the_round_after_an_essential_stage_loses_quorum(tmp_path: Path, caplog) -> None:
     """The peer topology honours ``Stage.essential`` as the central one does: the rest of round 1 is skipped."""
-    cfg = tiny(
-        "fednsl",
-        2,
-        [
-            "engine=decentralised",
-            "federation.faults.kind=raise",
-            "federation.faults.clients=all",
-            "federation.faults.rounds=[1]",
-            "federation.faults.stages=[train.stats]",
-        ],
-    )
+    cfg = tiny("fednsl", 2, ["engine=decentralised", "federation.faults.kind=raise", "federation.faults.clients=all",
+                             "federation.faults.rounds=[1]", "federation.faults.stages=[train.stats]"])
     res = train(cfg, tmp_path / "run", progress=False)
     server = {(r["round"], r["stage"]): r for r in res.rows if r["scope"] == "server"}
     assert server[(1, "train.stats")]["train.stats.aborted"] == 1

@@ -23,15 +23,9 @@ from fednsl.pipeline import build_federation, train
 
 
 def fedavg_config(rounds: int = 2, **fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=rounds,
-        seed=3,
-        name="faults",
-        data={"num_clients": 4, "samples_per_client": 40, "features": 4},
-        method_kwargs={"hidden": 4},
-        federation={"min_clients": 2, "client_timeout_s": 30.0, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=rounds, seed=3, name="faults",
+                     data={"num_clients": 4, "samples_per_client": 40, "features": 4},
+                     method_kwargs={"hidden": 4}, federation={"min_clients": 2, "client_timeout_s": 30.0, **fed})
 
 
 class Spoiling(Client):
@@ -61,7 +55,7 @@ def negative_count(reply: Message) -> Message:
 
 
 def too_many(reply: Message) -> Message:  # a covert channel through a count: far above the client's data
-    reply.metrics["num_examples"] = 10**6
+    reply.metrics["num_examples"] = 10 ** 6
     return reply
 
 
@@ -70,16 +64,13 @@ def no_count(reply: Message) -> Message:
     return reply
 
 
-@pytest.mark.parametrize(
-    "spoil,field,why",
-    [
-        (wrong_shape, None, "differs from the request's"),
-        (negative_count, "num_examples", "integer >= 0"),
-        (too_many, "num_examples", "exceeds the server's bound"),
-        (no_count, "num_examples", "missing required metric"),
-        (lambda reply: None, None, "reply is NoneType, not a Message"),
-    ],
-)
+@pytest.mark.parametrize("spoil,field,why", [
+    (wrong_shape, None, "differs from the request's"),
+    (negative_count, "num_examples", "integer >= 0"),
+    (too_many, "num_examples", "exceeds the server's bound"),
+    (no_count, "num_examples", "missing required metric"),
+    (lambda reply: None, None, "reply is NoneType, not a Message"),
+])
 def test_fedavg_bad_reply_is_dropped_and_the_run_goes_on(tmp_path: Path, caplog, spoil, field, why) -> None:
     cfg = fedavg_config()
     fed = build_federation(cfg)
@@ -130,13 +121,8 @@ def test_reply_shapes_are_bound_to_the_request() -> None:
         strat.check_reply("train", request, bad)
     strat.example_limits = {"c0": 10}
     with pytest.raises(InvalidMessageError, match="exceeds the server's bound 10"):
-        strat.check_reply(
-            "train",
-            request,
-            request.reply(
-                "c0", arrays={"w": np.ones((3, 2), np.float32)}, metrics={"num_examples": 11, "train_loss": 0.5}
-            ),
-        )
+        strat.check_reply("train", request, request.reply("c0", arrays={"w": np.ones((3, 2), np.float32)},
+                                                          metrics={"num_examples": 11, "train_loss": 0.5}))
 
 
 # -- typos fail before round 1 ------------------------------------------------------------------------------
@@ -185,7 +171,6 @@ def test_stage_declared_twice_and_two_handlers_for_one_stage_are_refused() -> No
     with pytest.raises(StageError, match="declares stage 'train' twice"):
         Twice(base.weights, base.cfg).stage_table()
     with pytest.raises(StageError, match="two handlers for stage 'train'"):
-
         class Ambiguous(Client):  # noqa: F841 - defining the class is the test
             @handles("train")
             def a(self, msg):
@@ -194,7 +179,6 @@ def test_stage_declared_twice_and_two_handlers_for_one_stage_are_refused() -> No
             @handles("train")
             def b(self, msg):
                 return msg
-
     with pytest.raises(StageError, match="must be callable"):
         Stage("train", "configure_train", base.aggregate_train, reply=base.train_reply_schema())
 
@@ -209,32 +193,15 @@ def test_client_timeout_has_a_finite_default_and_bad_values_are_refused(tmp_path
 
 
 # -- FedNSL ----------------------------------------------------------------------------------------------
-TINY = {
-    "num_samples": 30,
-    "scorer_steps": 20,
-    "backbone": {"name": "oracle", "drop": 0.3},
-    "generator": {
-        "d_model": 32,
-        "nhead": 2,
-        "dim_feedforward": 64,
-        "pretrain_epochs": 1,
-        "epochs": 1,
-        "samples_per_epoch": 400,
-        "batch_size": 128,
-    },
-}
+TINY = {"num_samples": 30, "scorer_steps": 20, "backbone": {"name": "oracle", "drop": 0.3},
+        "generator": {"d_model": 32, "nhead": 2, "dim_feedforward": 64, "pretrain_epochs": 1, "epochs": 1,
+                      "samples_per_epoch": 400, "batch_size": 128}}
 
 
 def fednsl_config(rounds: int = 1, **fed) -> RunConfig:
-    return RunConfig(
-        method="fednsl",
-        rounds=rounds,
-        seed=0,
-        name="tiny",
-        data={"path": "synthetic", "synthetic": {"num_documents": 40, "entities_per_doc": [6, 8]}},
-        method_kwargs=dict(TINY),
-        federation={"min_clients": 1, **fed},
-    )
+    return RunConfig(method="fednsl", rounds=rounds, seed=0, name="tiny",
+                     data={"path": "synthetic", "synthetic": {"num_documents": 40, "entities_per_doc": [6, 8]}},
+                     method_kwargs=dict(TINY), federation={"min_clients": 1, **fed})
 
 
 @pytest.fixture
@@ -270,7 +237,7 @@ def posterior_too_wide(reply: Message, msg: Message) -> Message:
 
 def huge_body_id(reply: Message, msg: Message) -> Message:
     reply.arrays["bodies"] = reply.arrays["bodies"].copy()
-    reply.arrays["bodies"][0, 0, 0] = 10**9
+    reply.arrays["bodies"][0, 0, 0] = 10 ** 9
     return reply
 
 

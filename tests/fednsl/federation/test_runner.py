@@ -19,15 +19,10 @@ TIMING = ("time_s", "bytes")
 
 
 def config(rounds: int = 3, **fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=rounds,
-        seed=7,
-        name="t",
-        data={"num_clients": 5, "samples_per_client": 60, "features": 4},
-        method_kwargs={"hidden": 8},
-        federation={"min_clients": 2, "client_timeout_s": 5.0, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=rounds, seed=7, name="t",
+                     data={"num_clients": 5, "samples_per_client": 60, "features": 4},
+                     method_kwargs={"hidden": 8},
+                     federation={"min_clients": 2, "client_timeout_s": 5.0, **fed})
 
 
 def strip(rows):
@@ -106,7 +101,6 @@ def test_quorum_loss_skips_stage_and_keeps_weights(tmp_path: Path):
 
 def test_quorum_loss_abort_mode_raises(tmp_path: Path):
     from fednsl.federation.runner import QuorumLostError
-
     cfg = config(rounds=1, min_clients=5, on_quorum_loss="abort")
     fed = build_federation(cfg)
     cid = sorted(fed.clients)[0]
@@ -164,13 +158,8 @@ def test_privacy_boundary_only_declared_fields_leave_clients(tmp_path: Path):
     seen: list[tuple[str, Message]] = []
     cfg = config(rounds=2)
     fed = build_federation(cfg)
-    train(
-        cfg,
-        tmp_path / "r",
-        progress=False,
-        federation=fed,
-        message_hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None,
-    )
+    train(cfg, tmp_path / "r", progress=False, federation=fed,
+          message_hook=lambda d, cid, m: seen.append((cid, m)) if d == "up" else None)
     assert seen
     raw = {cid: c.data for cid, c in fed.clients.items()}
     for cid, msg in seen:
@@ -178,9 +167,7 @@ def test_privacy_boundary_only_declared_fields_leave_clients(tmp_path: Path):
         assert set(msg.arrays) <= schema.array_names()
         assert set(msg.metrics) <= set(schema.metrics) and not msg.config
         for arr in msg.arrays.values():  # no raw sample or label travels
-            assert (
-                arr.shape[-1:] != raw[cid].x_train.shape[-1:] or arr.ndim != 2 or arr.shape[0] != len(raw[cid].x_train)
-            )
+            assert arr.shape[-1:] != raw[cid].x_train.shape[-1:] or arr.ndim != 2 or arr.shape[0] != len(raw[cid].x_train)
             assert not np.array_equal(arr.ravel()[: raw[cid].y_train.size], raw[cid].y_train)
 
 

@@ -33,7 +33,7 @@ def schemas_of(method: str) -> dict[str, Schema]:
         stages = {s for r in range(1, 6) for s in strat.stages(r)}
         for name in dir(strat):
             if name.startswith("aggregate_"):
-                stages |= {name[len("aggregate_") :], name[len("aggregate_") :].replace("_", ".")}
+                stages |= {name[len("aggregate_"):], name[len("aggregate_"):].replace("_", ".")}
         for stage in sorted(stages):
             try:
                 out[stage] = strat.reply_schema(stage)
@@ -76,18 +76,13 @@ def replies(draw, schema: Schema) -> Message:
     if draw(st.integers(0, 4)) == 0:
         arrs[draw(st.sampled_from(["extra", "raw_x", specs[0].name + "_" if specs else "w"]))] = draw(arrays())
     names = list(schema.metrics) or ["num_examples"]
-    metric_value = st.one_of(
-        st.integers(-(10**12), 10**12),
-        st.floats(allow_nan=True, allow_infinity=True),
-        st.sampled_from([None, "1", True, [1]]),
-    )
+    metric_value = st.one_of(st.integers(-(10**12), 10**12), st.floats(allow_nan=True, allow_infinity=True),
+                             st.sampled_from([None, "1", True, [1]]))
     metrics = draw(st.dictionaries(st.sampled_from([*names, "leak"]), metric_value, max_size=3))
-    config = draw(
-        st.dictionaries(st.sampled_from([*schema.config, "note"]), st.sampled_from([1, "a", None]), max_size=2)
-    )
-    return Message(
-        kind="stage", round=draw(st.integers(0, 3)), sender="c0", arrays=arrs, config=config, metrics=metrics
-    )
+    config = draw(st.dictionaries(st.sampled_from([*schema.config, "note"]), st.sampled_from([1, "a", None]),
+                                  max_size=2))
+    return Message(kind="stage", round=draw(st.integers(0, 3)), sender="c0", arrays=arrs, config=config,
+                   metrics=metrics)
 
 
 def _check(schema: Schema, msg: Message) -> None:
@@ -110,12 +105,8 @@ def test_random_replies_are_accepted_or_rejected_naming_a_field(method: str, dat
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    arr=arrays(),
-    kind=st.sampled_from(["weights", "distribution", "counts", "ids", "mask"]),
-    dtype=st.sampled_from(["float", "int", "bool"]),
-    shaped=st.booleans(),
-)
+@given(arr=arrays(), kind=st.sampled_from(["weights", "distribution", "counts", "ids", "mask"]),
+       dtype=st.sampled_from(["float", "int", "bool"]), shaped=st.booleans())
 def test_one_field_of_any_kind(arr, kind, dtype, shaped) -> None:
     """Single-field schemas of every kind, with and without a declared shape (incl. 0-d arrays)."""
     spec = ArraySpec("f", kind, dtype=dtype, shape=("N", None) if shaped else None)  # type: ignore[arg-type]

@@ -89,7 +89,6 @@ def test_progress_lines_go_to_stdout_flushed_where_no_bar_can_show(monkeypatch) 
     progress_note("done; writing plots…")
     assert "done; writing plots…" in err.text
 
-
 def test_round_postfix_shows_the_headline_with_its_reference() -> None:
     latest = {"evaluate": {"seen_f1": 0.8661, "backbone_seen_f1": 0.7369, "unseen_f1": 0.81}, "round": {"x": 1.0}}
     assert round_postfix("fednsl", latest) == "seen F1 0.866 (backbone 0.737) · unseen F1 0.81"
@@ -105,17 +104,11 @@ def test_metrics_log_keeps_latest_server_metrics_and_logs_them(tmp_path, caplog)
         m.log(1, "client:c0", "evaluate", {"seen_f1": 0.25})
         m.log(2, "server", "evaluate", {"seen_f1": 0.75})
     assert m.latest == {"evaluate": {"seen_f1": 0.75}}
-    assert [r.getMessage() for r in caplog.records] == [
-        "round 1 evaluate: seen_f1=0.5",
-        "round 2 evaluate: seen_f1=0.75",
-    ]
+    assert [r.getMessage() for r in caplog.records] == ["round 1 evaluate: seen_f1=0.5", "round 2 evaluate: seen_f1=0.75"]
     m.truncate_after(1)  # rewriting the files on resume logs nothing again
     assert [r["round"] for r in m.rows()] == [1, 1] and len(caplog.records) == 2
     assert (tmp_path / "metrics.csv").read_text().splitlines()[1:] == [
-        "1,server,evaluate,seen_f1,0.5",
-        "1,server,evaluate,evaluate.time_s,1.0",
-        "1,client:c0,evaluate,seen_f1,0.25",
-    ]
+        "1,server,evaluate,seen_f1,0.5", "1,server,evaluate,evaluate.time_s,1.0", "1,client:c0,evaluate,seen_f1,0.25"]
 
 
 def _no_room(*args: object, **kwargs: object) -> None:

@@ -29,22 +29,19 @@ def _one_error_line(output: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(
-    "override, expected",
-    [
-        ("rounds=abc", "rounds must be an integer, got 'abc'"),
-        ("rounds=2.5", "rounds must be an integer, got 2.5"),
-        ("federation.fraction=abc", "fraction must be a number, got 'abc'"),
-        ("method_kwargs=5", "method_kwargs must be a mapping"),
-        ("federation.client_timeout_s=-1", "federation.client_timeout_s must be > 0 (or null: no limit), got -1"),
-        ("federation.min_clients=11", "federation.min_clients=11 exceeds data.num_clients=10"),
-        ("federation.parallelism=0", "federation.parallelism must be >= 1"),
-        ("federation=7", "federation must be a mapping"),
-        ("federation.faults.kind=boom", "federation.faults.kind must be one of"),
-        ("data.num_clients=abc", "data (fedavg): num_clients must be an integer, got 'abc'"),
-        ("method_kwargs.lr=fast", "lr must be a number, got 'fast'"),
-    ],
-)
+@pytest.mark.parametrize("override, expected", [
+    ("rounds=abc", "rounds must be an integer, got 'abc'"),
+    ("rounds=2.5", "rounds must be an integer, got 2.5"),
+    ("federation.fraction=abc", "fraction must be a number, got 'abc'"),
+    ("method_kwargs=5", "method_kwargs must be a mapping"),
+    ("federation.client_timeout_s=-1", "federation.client_timeout_s must be > 0 (or null: no limit), got -1"),
+    ("federation.min_clients=11", "federation.min_clients=11 exceeds data.num_clients=10"),
+    ("federation.parallelism=0", "federation.parallelism must be >= 1"),
+    ("federation=7", "federation must be a mapping"),
+    ("federation.faults.kind=boom", "federation.faults.kind must be one of"),
+    ("data.num_clients=abc", "data (fedavg): num_clients must be an integer, got 'abc'"),
+    ("method_kwargs.lr=fast", "lr must be a number, got 'fast'"),
+])
 def test_config_type_errors_exit_2(tmp_path: Path, override: str, expected: str) -> None:
     res = invoke("train", "fedavg_blobs", "--set", override, "--out", tmp_path / "r", "--quiet")
     assert res.exit_code == 2 and expected in _one_error_line(res.output), res.output
@@ -53,17 +50,8 @@ def test_config_type_errors_exit_2(tmp_path: Path, override: str, expected: str)
 
 def test_min_clients_above_the_built_clients_is_rejected(tmp_path: Path) -> None:
     """numeric sets have 2 clients that the config does not state: checked once the data is built."""
-    res = invoke(
-        "train",
-        "numeric_fedavg",
-        "--set",
-        "federation.min_clients=3",
-        "--set",
-        "rounds=1",
-        "--out",
-        tmp_path / "r",
-        "--quiet",
-    )
+    res = invoke("train", "numeric_fedavg", "--set", "federation.min_clients=3", "--set", "rounds=1",
+                 "--out", tmp_path / "r", "--quiet")
     assert res.exit_code == 2 and "min_clients=3 exceeds the 2 clients" in _one_error_line(res.output)
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
@@ -73,12 +61,8 @@ def test_configs_still_load() -> None:
 
 
 def _docred_item() -> dict:
-    return {
-        "title": "d",
-        "vertexSet": [[{"name": "A", "pos": [0, 1], "sent_id": 0, "type": "PER"}]],
-        "sents": [["A", "b"]],
-        "labels": [],
-    }
+    return {"title": "d", "vertexSet": [[{"name": "A", "pos": [0, 1], "sent_id": 0, "type": "PER"}]],
+            "sents": [["A", "b"]], "labels": []}
 
 
 def test_binary_input_names_the_file(tmp_path: Path) -> None:
@@ -169,22 +153,13 @@ class Opts:
 def test_option_dataclasses_are_type_checked() -> None:
     from fednsl.registry import build_kwargs
 
-    ok = build_kwargs(
-        Opts,
-        {"n": 3, "lr": 1, "name": None, "sizes": [2, 3], "extra": {}, "inner": {"k": 2}, "flag": True, "anything": "x"},
-        "opts",
-    )
+    ok = build_kwargs(Opts, {"n": 3, "lr": 1, "name": None, "sizes": [2, 3], "extra": {}, "inner": {"k": 2},
+                             "flag": True, "anything": "x"}, "opts")
     assert ok.n == 3 and ok.lr == 1
-    for key, value, words in [
-        ("n", 2.5, "n must be an integer"),
-        ("n", True, "n must be an integer"),
-        ("lr", "x", "lr must be a number"),
-        ("name", 3, "name must be a string or null"),
-        ("sizes", 4, "sizes must be a list"),
-        ("extra", [1], "extra must be a mapping"),
-        ("inner", 5, "inner must be a mapping"),
-        ("flag", "yes", "flag must be true or false"),
-    ]:
+    for key, value, words in [("n", 2.5, "n must be an integer"), ("n", True, "n must be an integer"),
+                              ("lr", "x", "lr must be a number"), ("name", 3, "name must be a string or null"),
+                              ("sizes", 4, "sizes must be a list"), ("extra", [1], "extra must be a mapping"),
+                              ("inner", 5, "inner must be a mapping"), ("flag", "yes", "flag must be true or false")]:
         with pytest.raises(ValueError, match=f"opts: {words}"):
             build_kwargs(Opts, {key: value}, "opts")
 

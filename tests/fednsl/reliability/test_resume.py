@@ -22,15 +22,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(rounds: int = 3, **fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=rounds,
-        seed=7,
-        name="t",
-        data={"num_clients": 3, "samples_per_client": 30, "features": 4},
-        method_kwargs={"hidden": 4},
-        federation={"min_clients": 1, "keep_checkpoints": 3, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=rounds, seed=7, name="t",
+                     data={"num_clients": 3, "samples_per_client": 30, "features": 4},
+                     method_kwargs={"hidden": 4}, federation={"min_clients": 1, "keep_checkpoints": 3, **fed})
 
 
 def strip(rows):
@@ -99,9 +93,8 @@ def test_truncated_newest_checkpoint_falls_back_and_says_so(tmp_path: Path, full
     with caplog.at_level(logging.WARNING, logger="fednsl"):
         res = train(config(3), run, resume=True, progress=False)
     assert strip(res.rows) == full
-    assert any(
-        "round_0002.pt: unreadable" in r.getMessage() and "round_0001.pt" in r.getMessage() for r in caplog.records
-    )
+    assert any("round_0002.pt: unreadable" in r.getMessage() and "round_0001.pt" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_resume_with_fewer_rounds_is_refused(tmp_path: Path) -> None:
@@ -113,11 +106,8 @@ def test_resume_with_fewer_rounds_is_refused(tmp_path: Path) -> None:
 def test_missing_config_yaml_falls_back_to_the_checkpoint_config(tmp_path: Path, full) -> None:
     run = _partial(tmp_path)
     (run / "config.yaml").unlink()
-    with pytest.raises(
-        ValueError,
-        match=r"config differs from the one saved in .*round_0002\.pt \(config\.yaml is "
-        r"missing\) in \['seed'\]",
-    ):
+    with pytest.raises(ValueError, match=r"config differs from the one saved in .*round_0002\.pt \(config\.yaml is "
+                                         r"missing\) in \['seed'\]"):
         train(RunConfig(**{**config(3).__dict__, "seed": 8}), run, resume=True, progress=False)
     assert strip(train(config(3), run, resume=True, progress=False).rows) == full
 

@@ -41,7 +41,8 @@ def test_crafted_checkpoint_does_not_execute_and_resume_refuses(tmp_path: Path) 
     marker = tmp_path / "pwned"
     ckdir = tmp_path / "run" / "checkpoints"
     ckdir.mkdir(parents=True)
-    _craft(ckdir / "round_0001.pt", marker, wrap=lambda p: {"round": 1, "strategy": p, "clients": {}})
+    _craft(ckdir / "round_0001.pt", marker,
+           wrap=lambda p: {"round": 1, "strategy": p, "clients": {}})
     with pytest.raises(CheckpointError) as err:
         Checkpoints(tmp_path / "run").latest()
     assert not marker.exists()
@@ -68,18 +69,10 @@ def test_a_plain_logire_dump_still_loads(tmp_path: Path) -> None:
 
 def test_checkpoint_state_round_trips_bit_exactly(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    state = {
-        "round": 3,
-        "clients": {"c0": {"w": rng.normal(size=(3, 2)).astype(np.float32)}},
-        "strategy": {
-            "ids": np.arange(5, dtype=np.uint32),
-            "names": np.array(["a", "bc"]),
-            "scalar": np.float64(0.1),
-            "rng": np.random.default_rng(1).bit_generator.state,
-            "t": torch.arange(4.0),
-            "pair": (np.int64(7), [np.zeros((0, 2))]),
-        },
-    }
+    state = {"round": 3, "clients": {"c0": {"w": rng.normal(size=(3, 2)).astype(np.float32)}},
+             "strategy": {"ids": np.arange(5, dtype=np.uint32), "names": np.array(["a", "bc"]),
+                          "scalar": np.float64(0.1), "rng": np.random.default_rng(1).bit_generator.state,
+                          "t": torch.arange(4.0), "pair": (np.int64(7), [np.zeros((0, 2))])}}
     path = Checkpoints(tmp_path).save(3, state)
     back = read_checkpoint(path)
     assert back["strategy"]["ids"].dtype == np.uint32 and np.array_equal(back["strategy"]["ids"], np.arange(5))

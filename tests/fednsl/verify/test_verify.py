@@ -19,30 +19,16 @@ from fednsl.verify.promela import run_spin, spin_available
 needs_spin = pytest.mark.skipif(not spin_available(), reason="spin/gcc not installed (`apt-get install -y spin`)")
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        Centralised(3, 2),
-        Centralised(3, 3, crashes=1),
-        Centralised(4, 2, crashes=2, quorum=2),
-        Centralised(5, 2, crashes=1),
-        Decentralised(3, 2),
-        Decentralised(3, 3),
-    ],
-)
+@pytest.mark.parametrize("model", [
+    Centralised(3, 2), Centralised(3, 3, crashes=1), Centralised(4, 2, crashes=2, quorum=2),
+    Centralised(5, 2, crashes=1), Decentralised(3, 2), Decentralised(3, 3)])
 def test_protocol_satisfies_all_properties(model):
     rep = explore(model)
     assert rep.complete and rep.ok, rep.violations[:1]
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        Centralised(3, 2, crashes=1),
-        Centralised(4, 2, crashes=1, tags=False),
-        Centralised(3, 2, crashes=1, timeouts=False),
-    ],
-)
+@pytest.mark.parametrize("model", [Centralised(3, 2, crashes=1), Centralised(4, 2, crashes=1, tags=False),
+                                   Centralised(3, 2, crashes=1, timeouts=False)])
 def test_partial_order_reduction_keeps_verdicts(model):
     full, reduced = explore(model.__class__(**{**model.__dict__, "por": False})), explore(model)
     assert full.ok == reduced.ok
@@ -81,14 +67,9 @@ def test_untagged_peer_protocol_mixes_rounds():
 
 @needs_spin
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "model, ok",
-    [
-        (Centralised(3, 2, crashes=1), True),
-        (Centralised(3, 2, crashes=1, timeouts=False), False),
-        (Centralised(3, 2, tags=False), False),
-    ],
-)
+@pytest.mark.parametrize("model, ok", [(Centralised(3, 2, crashes=1), True),
+                                       (Centralised(3, 2, crashes=1, timeouts=False), False),
+                                       (Centralised(3, 2, tags=False), False)])
 def test_spin_agrees_with_explorer(model, ok, tmp_path: Path):
     res = run_spin(model, tmp_path)
     assert res.ok == ok == explore(model).ok, res.output[-800:]
@@ -103,15 +84,9 @@ def test_cli_prints_counterexample_and_fails():
 
 # -- the counterexamples replayed on the real in-process engine (regression tests) -----------------
 def _cfg(**fed) -> RunConfig:
-    return RunConfig(
-        method="fedavg",
-        rounds=2,
-        seed=1,
-        name="v",
-        data={"num_clients": 3, "samples_per_client": 40, "features": 4},
-        method_kwargs={"hidden": 4},
-        federation={"min_clients": 1, **fed},
-    )
+    return RunConfig(method="fedavg", rounds=2, seed=1, name="v",
+                     data={"num_clients": 3, "samples_per_client": 40, "features": 4},
+                     method_kwargs={"hidden": 4}, federation={"min_clients": 1, **fed})
 
 
 class Crashed(Client):

@@ -37,7 +37,8 @@ def reference_balanced(loss: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def test_assign_argmin_hand_built() -> None:
-    loss = np.array([[0.1, 0.9, 0.5, 0.2], [0.3, 0.1, 0.5, 0.2]])
+    loss = np.array([[0.1, 0.9, 0.5, 0.2],
+                     [0.3, 0.1, 0.5, 0.2]])
     assert stl.assign_argmin(loss).tolist() == [0, 1, 0, 0]  # ties -> lowest cluster
     out = stl.assign_argmin(torch.from_numpy(loss))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.int64
@@ -47,7 +48,8 @@ def test_assign_argmin_hand_built() -> None:
 
 def test_assign_balanced_hand_built() -> None:
     # everyone prefers cluster 0; capacity 2 forces the two worst-fitting clients out
-    loss = np.array([[0.0, 0.1, 0.2, 0.3], [0.5, 0.5, 0.3, 0.35]])
+    loss = np.array([[0.0, 0.1, 0.2, 0.3],
+                     [0.5, 0.5, 0.3, 0.35]])
     assert stl.assign_balanced(loss).tolist() == [0, 0, 1, 1]
     assert stl.assign_balanced(loss, capacity=3).tolist() == [0, 0, 0, 1]
     assert stl.assign_balanced(loss, capacity=4).tolist() == stl.assign_argmin(loss).tolist()
@@ -74,7 +76,8 @@ def _two_groups(n_per: int = 4, samples: int = 5, seed: int = 0) -> torch.Tensor
     t = torch.arange(24, dtype=torch.float64)
     base = torch.sin(t / 4)
     level = torch.cat([torch.zeros(n_per), 5 * torch.ones(n_per)]).to(torch.float64)
-    return level[:, None, None] + base + 0.1 * torch.randn(2 * n_per, samples, 24, generator=gen, dtype=torch.float64)
+    return level[:, None, None] + base + 0.1 * torch.randn(2 * n_per, samples, 24, generator=gen,
+                                                           dtype=torch.float64)
 
 
 def test_alignment_matrix_matches_per_client_formulas() -> None:
@@ -82,11 +85,8 @@ def test_alignment_matrix_matches_per_client_formulas() -> None:
     data = _two_groups()
     params = stl.mine(tpl, data)
     gen = torch.Generator().manual_seed(1)
-    preds = (
-        data[None]
-        + torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)[:, None, None, None]
+    preds = data[None] + torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)[:, None, None, None] \
         + 0.05 * torch.randn(3, *data.shape, generator=gen, dtype=torch.float64)
-    )
     formulas = stl.instantiate_clients(tpl, params)
     for measure in ("violation", "robustness", "unsatisfied"):
         fast = stl.alignment_matrix(tpl, params, preds, measure=measure)
@@ -96,8 +96,7 @@ def test_alignment_matrix_matches_per_client_formulas() -> None:
     # violation = mean over samples of relu(-ρ), computed by hand for one entry
     rho = stl.robustness(formulas[2], preds[1, 2])[:, 0]
     assert float(stl.alignment_matrix(tpl, params, preds)[1, 2]) == pytest.approx(
-        float(torch.relu(-rho).mean()), abs=1e-12
-    )
+        float(torch.relu(-rho).mean()), abs=1e-12)
 
 
 def test_cluster_id_recovers_property_groups() -> None:

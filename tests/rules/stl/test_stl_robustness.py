@@ -85,19 +85,18 @@ def brute(f: Formula, x: dict[str, np.ndarray], t: int, mode: str, strict: bool 
         return dis(rec(f.child, t + k) for k in range(f.lo, f.hi + 1))
     last = (lambda k: k) if strict else (lambda k: k + 1)
     if isinstance(f, Until):  # sup_t' min(φ2(t'), inf_{t''} φ1(t''))  (g: inf / max / sup)
-        return dis(
-            con(rec(f.right, t + k), con((rec(f.left, t + j) for j in range(last(k))), default=con_id))
-            for k in range(f.lo, f.hi + 1)
-        )
+        return dis(con(rec(f.right, t + k), con((rec(f.left, t + j) for j in range(last(k))),
+                                                default=con_id))
+                   for k in range(f.lo, f.hi + 1))
     if isinstance(f, Release):
-        return con(
-            dis(rec(f.right, t + k), dis((rec(f.left, t + j) for j in range(last(k))), default=dis_id))
-            for k in range(f.lo, f.hi + 1)
-        )
+        return con(dis(rec(f.right, t + k), dis((rec(f.left, t + j) for j in range(last(k))),
+                                                default=dis_id))
+                   for k in range(f.lo, f.hi + 1))
     raise TypeError(f)
 
 
-def _random_traces(rng: np.random.Generator, names: tuple[str, ...], batch: int, length: int) -> dict[str, np.ndarray]:
+def _random_traces(rng: np.random.Generator, names: tuple[str, ...], batch: int, length: int
+                   ) -> dict[str, np.ndarray]:
     return {n: rng.normal(size=(batch, length)).round(3) for n in names}
 
 
@@ -116,7 +115,8 @@ def test_robustness_equals_rtamt_on_random_formulas(seed: int) -> None:
         assert valid.shape == (2, length - f.horizon) and trunc.shape == (2, length)
         for b in range(2):
             ref = rtamt_eval(f, {k: v[b] for k, v in traces.items()})
-            np.testing.assert_allclose(valid[b], ref[: length - f.horizon], rtol=0, atol=1e-12, err_msg=str(f))
+            np.testing.assert_allclose(valid[b], ref[: length - f.horizon], rtol=0, atol=1e-12,
+                                       err_msg=str(f))
             np.testing.assert_allclose(trunc[b], ref, rtol=0, atol=1e-12, err_msg=str(f))
             checked += 1
     assert checked == 120
@@ -183,9 +183,8 @@ def test_until_conventions_differ_only_in_the_left_operand_at_t_prime() -> None:
     x = torch.tensor([[0.8, -1.0]], dtype=torch.float64)
     # strict (rtamt): left over an empty range -> ρ = ρ_right(t); inclusive: min with ρ_left(t)
     torch.testing.assert_close(stl.robustness(f, x), torch.tensor([[1.1, -0.7]], dtype=torch.float64))
-    torch.testing.assert_close(
-        stl.robustness(f, x, until="inclusive"), torch.tensor([[0.3, -1.5]], dtype=torch.float64)
-    )
+    torch.testing.assert_close(stl.robustness(f, x, until="inclusive"),
+                               torch.tensor([[0.3, -1.5]], dtype=torch.float64))
     np.testing.assert_allclose(rtamt_eval(f, {"x": x[0].numpy()}), [1.1, -0.7], atol=1e-12)
 
 
@@ -200,9 +199,8 @@ def test_violation_is_relu_of_minus_robustness_and_zero_iff_satisfied(seed: int)
             rho = stl.robustness(f, sig, boundary=boundary, until=until)
             g = stl.violation(f, sig, boundary=boundary, until=until)
             torch.testing.assert_close(g, torch.relu(-rho), rtol=0, atol=1e-12)
-            torch.testing.assert_close(
-                stl.robustness(f.nnf(), sig, boundary=boundary, until=until), rho, rtol=0, atol=1e-12
-            )
+            torch.testing.assert_close(stl.robustness(f.nnf(), sig, boundary=boundary, until=until), rho,
+                                       rtol=0, atol=1e-12)
             sat = stl.holds(f, sig, boundary=boundary, until=until)
             nonzero = rho != 0
             assert torch.equal((g == 0)[nonzero], sat[nonzero])
@@ -273,13 +271,8 @@ def test_finite_differences_float32_and_large_windows() -> None:
     x = torch.randn(4, 120, generator=gen)
     f = stl.parse("always[0:23](eventually[0:10](x >= 0.5))")  # max_pool1d path
     rho = stl.robustness(f, x)
-    brute_vals = (
-        torch.stack(
-            [torch.stack([x[:, t + j : t + j + 11].amax(-1) for j in range(24)]).amin(0) for t in range(120 - 33)],
-            dim=-1,
-        )
-        - 0.5
-    )
+    brute_vals = torch.stack([torch.stack([x[:, t + j : t + j + 11].amax(-1) for j in range(24)]).amin(0)
+                              for t in range(120 - 33)], dim=-1) - 0.5
     torch.testing.assert_close(rho, brute_vals)
     xg = x.clone().requires_grad_(True)
     stl.robustness(f, xg).sum().backward()

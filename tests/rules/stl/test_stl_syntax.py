@@ -33,18 +33,12 @@ from rules.stl.syntax import (
         ("(x1 - x2) > 0.5", Predicate("x1", ">", 0.5, minus="x2")),
         ("((x1 - x2) > 0.5)", Predicate("x1", ">", 0.5, minus="x2")),
         ("not x > 1 and y < 2", And((Not(Predicate("x", ">", 1.0)), Predicate("y", "<", 2.0)))),
-        (
-            "x > 1 or y < 2 and x < 0",
-            Or((Predicate("x", ">", 1.0), And((Predicate("y", "<", 2.0), Predicate("x", "<", 0.0))))),
-        ),
-        (
-            "x > 1 -> y < 2 or x < 0",
-            Implies(Predicate("x", ">", 1.0), Or((Predicate("y", "<", 2.0), Predicate("x", "<", 0.0)))),
-        ),
-        (
-            "□[0,1] ¬(x ≥ 1) ∧ ◇[0,2](x ≤ c)",
-            And((Always(0, 1, Not(Predicate("x", ">=", 1.0))), Eventually(0, 2, Predicate("x", "<=", "c")))),
-        ),
+        ("x > 1 or y < 2 and x < 0",
+         Or((Predicate("x", ">", 1.0), And((Predicate("y", "<", 2.0), Predicate("x", "<", 0.0)))))),
+        ("x > 1 -> y < 2 or x < 0",
+         Implies(Predicate("x", ">", 1.0), Or((Predicate("y", "<", 2.0), Predicate("x", "<", 0.0))))),
+        ("□[0,1] ¬(x ≥ 1) ∧ ◇[0,2](x ≤ c)",
+         And((Always(0, 1, Not(Predicate("x", ">=", 1.0))), Eventually(0, 2, Predicate("x", "<=", "c"))))),
         ("x > 0 R[0:2] y > 0", Release(0, 2, Predicate("x", ">", 0.0), Predicate("y", ">", 0.0))),
         ("G > 1", Predicate("G", ">", 1.0)),  # G/F/U/R are names when no window follows
     ],
@@ -71,7 +65,8 @@ def test_printer_canonical_form() -> None:
 def test_print_parse_round_trip_random(seed: int) -> None:
     rng = np.random.default_rng(seed)
     for _ in range(150):
-        f = random_formula(rng, signals=("x", "y", "z"), depth=4, max_window=5, ops=ALL_OPS, params=("a", "b"))
+        f = random_formula(rng, signals=("x", "y", "z"), depth=4, max_window=5, ops=ALL_OPS,
+                           params=("a", "b"))
         text = str(f)
         assert stl.parse(text) == f, text
         assert str(stl.parse(text)) == text
@@ -134,7 +129,8 @@ def test_nnf_has_no_negation_and_flips_operators() -> None:
     f = stl.parse("not(always[0:2]((x >= 1) -> eventually[1:3](y < 2)) until[0:1] (x > 0))")
     g = f.nnf()
     assert not any(isinstance(n, (Not, Implies)) for n in g.walk())
-    assert g == stl.parse("(eventually[0:2]((x >= 1) and always[1:3](y >= 2))) release[0:1] (x <= 0)")
+    assert g == stl.parse(
+        "(eventually[0:2]((x >= 1) and always[1:3](y >= 2))) release[0:1] (x <= 0)")
 
 
 def test_constructor_validation() -> None:

@@ -22,14 +22,8 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(n)
 
 
-def client_traces(
-    template: stl.Template,
-    clients: int = 6,
-    samples: int = 9,
-    extra: int = 3,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
-) -> dict[str, torch.Tensor]:
+def client_traces(template: stl.Template, clients: int = 6, samples: int = 9, extra: int = 3,
+                  seed: int = 0, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
     """Heterogeneous clients: a daily-like sine with client-specific offset and amplitude."""
     gen = torch.Generator().manual_seed(seed)
     length = template.length + extra
@@ -43,9 +37,8 @@ def client_traces(
     return out
 
 
-def assert_tight(
-    template: stl.Template, sig: dict[str, torch.Tensor], params: dict[str, torch.Tensor], allow_range_end: bool = False
-) -> None:
+def assert_tight(template: stl.Template, sig: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+                 allow_range_end: bool = False) -> None:
     """All training traces satisfy φ(params) with worst-case robustness 0, and moving any single
     parameter by δ in its tight direction violates some trace (Eq. 1)."""
     rho = template.robustness(sig, params)
@@ -58,7 +51,8 @@ def assert_tight(
         moved[p] = params[p] - s * 1e-6 * scale
         viol = ~template.holds(sig, moved, closed=True).all(1)
         if allow_range_end:  # a parameter stopped at the end of its data range cannot be tightened
-            pred = next(n for n in template.formula.walk() if isinstance(n, stl.Predicate) and n.threshold == p)
+            pred = next(n for n in template.formula.walk()
+                        if isinstance(n, stl.Predicate) and n.threshold == p)
             lhs = sig[pred.signal] - (sig[pred.minus] if pred.minus else 0.0)
             lhs = lhs[..., : template.length]
             lo, hi = lhs.amin(dim=(1, 2)), lhs.amax(dim=(1, 2))
@@ -108,11 +102,8 @@ def test_shortest_hitting_interval_brute_force() -> None:
     for c in range(20):
         v = vals[c].numpy()
         cands = sorted(set(v.ravel().tolist()))
-        best = min(
-            hi_ - lo_
-            for lo_, hi_ in itertools.product(cands, cands)
-            if hi_ >= lo_ and all(((row >= lo_) & (row <= hi_)).any() for row in v)
-        )
+        best = min(hi_ - lo_ for lo_, hi_ in itertools.product(cands, cands) if hi_ >= lo_ and all(
+            ((row >= lo_) & (row <= hi_)).any() for row in v))
         assert float(hi[c] - lo[c]) == pytest.approx(best, abs=1e-12)
         assert all(((row >= float(lo[c])) & (row <= float(hi[c]))).any() for row in v)
 

@@ -34,9 +34,8 @@ def test_registered_by_name_through_the_method_package() -> None:
 def test_federated_backbone_trains_caches_and_ignores_test_docs(tmp_path, monkeypatch, corpus) -> None:
     monkeypatch.setenv("FEDNSL_CACHE", str(tmp_path / "cache"))
     clients = clients_of(corpus)
-    opts = FederatedFeaturesOptions(
-        text="hash", hash_dim=32, ent_hidden=16, hidden=32, rounds=3, local_epochs=1, batch_size=64
-    )
+    opts = FederatedFeaturesOptions(text="hash", hash_dim=32, ent_hidden=16, hidden=32, rounds=3, local_epochs=1,
+                                    batch_size=64)
     messages = []
     bb = FederatedFeatures(opts)
     bb.message_hook = lambda direction, cid, msg: messages.append((direction, set(msg.arrays), dict(msg.metrics)))

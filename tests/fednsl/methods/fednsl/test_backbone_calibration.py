@@ -146,11 +146,8 @@ def test_federated_calibration_gives_a_client_the_owner_maps_through_declared_fi
     assert bb.calibrators["c1"].shared == own
     d = clients[1].test[0]
     for r in own:
-        np.testing.assert_allclose(
-            bb.values(clients[1], d)[..., r][~np.eye(d.num_entities, dtype=bool)],
-            bb.values(clients[0], d)[..., r][~np.eye(d.num_entities, dtype=bool)],
-            atol=1e-6,
-        )
+        np.testing.assert_allclose(bb.values(clients[1], d)[..., r][~np.eye(d.num_entities, dtype=bool)],
+                                   bb.values(clients[0], d)[..., r][~np.eye(d.num_entities, dtype=bool)], atol=1e-6)
     local, info_local = values["local"]
     assert info_local["calibration"]["c1"]["shared_maps"] == 0
     assert not np.allclose(local.values(clients[1], d), bb.values(clients[1], d))
@@ -179,27 +176,17 @@ def test_cache_key_changes_with_every_new_option(corpus) -> None:
     R, T = len(corpus.relations), len(corpus.entity_types)
     base = FederatedFeaturesOptions(**SMALL)
     keys = {FederatedFeatures(base)._key(clients, R, T, "hash", 0)}
-    for change in (
-        {"pos_weight": "none"},
-        {"pos_weight": "balanced"},
-        {"pos_weight_max": 10.0},
-        {"calibration": "isotonic"},
-        {"calibration": "none"},
-        {"calibration_min_positives": 7},
-    ):
+    for change in ({"pos_weight": "none"}, {"pos_weight": "balanced"}, {"pos_weight_max": 10.0},
+                   {"calibration": "isotonic"}, {"calibration": "none"}, {"calibration_min_positives": 7}):
         keys.add(FederatedFeatures(dataclasses.replace(base, **change))._key(clients, R, T, "hash", 0))
     assert len(keys) == 7
 
 
 @pytest.mark.parametrize(
     "bad, match",
-    [
-        ({"calibration": "platt"}, "calibration must be one of"),
-        ({"pos_weight": "auto"}, "pos_weight must be one of"),
-        ({"pos_weight_max": 0.5}, "pos_weight_max"),
-        ({"calibration_min_positives": 0}, "calibration_min_positives"),
-        ({"calibration_sharing": "global"}, "calibration_sharing must be one of"),
-    ],
+    [({"calibration": "platt"}, "calibration must be one of"), ({"pos_weight": "auto"}, "pos_weight must be one of"),
+     ({"pos_weight_max": 0.5}, "pos_weight_max"), ({"calibration_min_positives": 0}, "calibration_min_positives"),
+     ({"calibration_sharing": "global"}, "calibration_sharing must be one of")],
 )
 def test_bad_option_values_give_a_clear_error(bad, match) -> None:
     import fednsl.methods.fednsl  # noqa: F401  (registers the backbone)
@@ -213,9 +200,8 @@ def test_options_reach_the_backbone_from_yaml_and_set(tmp_path: Path) -> None:
     from fednsl.methods.fednsl.config import FedNSLConfig
     from fednsl.registry import build_kwargs
 
-    cfg = load_config(
-        "fednsl_dwie", ["method_kwargs.backbone.calibration=isotonic", "method_kwargs.backbone.pos_weight=balanced"]
-    )
+    cfg = load_config("fednsl_dwie", ["method_kwargs.backbone.calibration=isotonic",
+                                      "method_kwargs.backbone.pos_weight=balanced"])
     name, opts = build_kwargs(FedNSLConfig, cfg.method_kwargs, "method_kwargs").backbone_spec()
     bb = build_backbone(name, opts, "method_kwargs.backbone")
     assert bb.options.calibration == "isotonic" and bb.options.pos_weight == "balanced"

@@ -19,13 +19,9 @@ from kg.documents import Document
 
 
 def doc(n: int, facts=()) -> Document:
-    return Document(
-        doc_id=f"d{n}",
-        entity_names=[f"e{i}" for i in range(n)],
-        entity_types=np.zeros(n, dtype=np.int64),
-        facts=np.asarray(list(facts), dtype=np.int64).reshape(-1, 3),
-        split="train",
-    )
+    return Document(doc_id=f"d{n}", entity_names=[f"e{i}" for i in range(n)],
+                    entity_types=np.zeros(n, dtype=np.int64),
+                    facts=np.asarray(list(facts), dtype=np.int64).reshape(-1, 3), split="train")
 
 
 def test_estimate_grows_as_n_squared_and_names_the_option() -> None:
@@ -65,24 +61,15 @@ def test_row_blocks_equal_the_whole_grid() -> None:
     torch.manual_seed(0)
     model = PairScorer(5, 9, 3, ent_hidden=4, hidden=6, seed=1)
     n = 7
-    feats = DocFeatures(
-        np.random.default_rng(0).normal(size=(n, 5)).astype(np.float32),
-        np.random.default_rng(1).normal(size=(n, n, 9)).astype(np.float32),
-    )
+    feats = DocFeatures(np.random.default_rng(0).normal(size=(n, 5)).astype(np.float32),
+                        np.random.default_rng(1).normal(size=(n, n, 9)).astype(np.float32))
     with torch.no_grad():
-        whole = model.pair(
-            torch.cat(
-                [
-                    model.ent(torch.from_numpy(feats.ent))[:, None].expand(n, n, -1),
-                    model.ent(torch.from_numpy(feats.ent))[None].expand(n, n, -1),
-                    model.ent(torch.from_numpy(feats.ent))[:, None] * model.ent(torch.from_numpy(feats.ent))[None],
-                    torch.from_numpy(feats.pair),
-                ],
-                -1,
-            )
-        )
+        whole = model.pair(torch.cat([model.ent(torch.from_numpy(feats.ent))[:, None].expand(n, n, -1),
+                                      model.ent(torch.from_numpy(feats.ent))[None].expand(n, n, -1),
+                                      model.ent(torch.from_numpy(feats.ent))[:, None] *
+                                      model.ent(torch.from_numpy(feats.ent))[None],
+                                      torch.from_numpy(feats.pair)], -1))
         import fednsl.methods.fednsl.backbone as fed
-
         orig = fed.rows_per_chunk
         try:
             fed.rows_per_chunk = lambda n, b: 2  # force 4 blocks
@@ -101,7 +88,6 @@ def test_train_labels_without_the_dense_cube() -> None:
         combo = None
 
     import fednsl.methods.fednsl.backbone as fed
-
     mask = ~np.eye(4, dtype=bool)
     orig = fed.query_mask
     fed.query_mask = lambda _d, _c: mask

@@ -53,13 +53,9 @@ def make_table(rng: np.random.Generator, n_docs: int = 4) -> CellTable:
     empty = Document("empty", [], np.zeros(0, np.int64), np.zeros((0, 3), np.int64))
     docs = [*docs, empty]
     values = [*values, np.zeros((0, 0, R), np.float32)]
-    return CellTable(
-        Part("test", list(docs), COMBO, list(values)),
-        R,
-        train_facts={
-            (docs[0].entity_names[int(f[0])], int(f[1]), docs[0].entity_names[int(f[2])]) for f in docs[0].facts
-        },
-    )
+    return CellTable(Part("test", list(docs), COMBO, list(values)), R,
+                     train_facts={(docs[0].entity_names[int(f[0])], int(f[1]), docs[0].entity_names[int(f[2])])
+                                  for f in docs[0].facts})
 
 
 def test_cell_table_groups_labels_and_empty_docs() -> None:

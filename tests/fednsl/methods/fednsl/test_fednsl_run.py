@@ -24,37 +24,19 @@ from fednsl.pipeline import build_federation, train
 from fednsl.tasks.rule_learning import Proposal
 from kg.documents import Document
 
-TINY_GENERATOR = {
-    "d_model": 32,
-    "nhead": 2,
-    "dim_feedforward": 64,
-    "pretrain_epochs": 1,
-    "epochs": 1,
-    "samples_per_epoch": 800,
-    "batch_size": 128,
-}
+TINY_GENERATOR = {"d_model": 32, "nhead": 2, "dim_feedforward": 64, "pretrain_epochs": 1, "epochs": 1,
+                  "samples_per_epoch": 800, "batch_size": 128}
 
 
 pytestmark = pytest.mark.usefixtures("isolated_cache", "one_torch_thread")
 
 
 def small_config(rounds: int = 2, **kwargs) -> RunConfig:
-    mk = {
-        "num_samples": 30,
-        "scorer_steps": 40,
-        "generator": TINY_GENERATOR,
-        "backbone": {"name": "oracle", "drop": 0.3},
-        **kwargs,
-    }
-    return RunConfig(
-        method="fednsl",
-        rounds=rounds,
-        seed=0,
-        name="tiny",
-        data={"path": "synthetic", "synthetic": {"num_documents": 48, "entities_per_doc": [6, 9]}},
-        method_kwargs=mk,
-        federation={"min_clients": 1},
-    )
+    mk = {"num_samples": 30, "scorer_steps": 40, "generator": TINY_GENERATOR,
+          "backbone": {"name": "oracle", "drop": 0.3}, **kwargs}
+    return RunConfig(method="fednsl", rounds=rounds, seed=0, name="tiny",
+                     data={"path": "synthetic", "synthetic": {"num_documents": 48, "entities_per_doc": [6, 9]}},
+                     method_kwargs=mk, federation={"min_clients": 1})
 
 
 def server_rows(rows, stage):
@@ -123,24 +105,10 @@ def test_resume_after_round_one_gives_identical_rules(tmp_path: Path) -> None:
     doc = next(d for d in client.partition.train if d.num_facts)
     h, r, t = (int(v) for v in doc.facts[0])
     rel = a["relations"][r]
-    out = CliRunner().invoke(
-        rules_cli,
-        [
-            "explain",
-            str(tmp_path / "full"),
-            "--doc",
-            doc.doc_id,
-            "--head",
-            rel,
-            "--pair",
-            str(h),
-            str(t),
-            "--format",
-            "json",
-        ],
-    )
+    out = CliRunner().invoke(rules_cli, ["explain", str(tmp_path / "full"), "--doc", doc.doc_id, "--head", rel,
+                                         "--pair", str(h), str(t), "--format", "json"])
     if out.exit_code == 0:
-        assert json.loads(out.output[out.output.index("{") :])["pair"] == [h, t]
+        assert json.loads(out.output[out.output.index("{"):])["pair"] == [h, t]
     else:  # a head without a learned triple of these types is reported, not a crash
         assert "no stored triple" in out.output
 
@@ -215,30 +183,19 @@ def test_missing_queries_unknown_triples_and_empty_documents() -> None:
     fed = build_federation(cfg)
     s = fed.strategy
     cids = sorted(fed.clients)
-    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3})) for c in cids}
-    bogus = Message(
-        "train.stats",
-        1,
-        "bogus",
-        arrays={
-            "triples": np.array([[999, 0, 0]]),
-            "bodies": np.zeros((1, 1, 3), np.int64),
-            "probs": np.ones((1, 1)),
-            "mask": np.ones((1, 1), bool),
-            "instances": np.array([5]),
-        },
-    )
+    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
+             for c in cids}
+    bogus = Message("train.stats", 1, "bogus", arrays={
+        "triples": np.array([[999, 0, 0]]), "bodies": np.zeros((1, 1, 3), np.int64), "probs": np.ones((1, 1)),
+        "mask": np.ones((1, 1), bool), "instances": np.array([5])})
     metrics = s.aggregate_train_stats(1, {**stats, "bogus": bogus}, {})
     assert metrics["invalid_triples"] == 1 and metrics["triples"] > 0  # a relation id the server does not know
     msg = s.configure_train(1, cids)[cids[0]]
     client: FedNSLClient = fed.clients[cids[0]]
     # a triple never seen by the server: drop one of the client's triples from the rule set
     rules = Proposal.from_arrays(msg.arrays)
-    mine = [
-        t
-        for t in range(rules.num_heads)
-        if rules.mask[t].any() and tuple(rules.heads[t, 1:].tolist()) in client.tables["train"].groups
-    ]
+    mine = [t for t in range(rules.num_heads) if rules.mask[t].any()
+            and tuple(rules.heads[t, 1:].tolist()) in client.tables["train"].groups]
     gone = mine[0]
     keep = torch.tensor([t for t in range(rules.num_heads) if t != gone])
     arrays = {k: v[keep.numpy()] for k, v in msg.arrays.items()}
@@ -286,20 +243,12 @@ def test_planted_rules_on_top_on_the_synthetic_default(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.data
 def test_dwie_two_round_smoke(tmp_path: Path, dwie_dir: Path) -> None:
-    cfg = load_config(
-        "fednsl_dwie",
-        [
-            "rounds=2",
-            f"data.path={dwie_dir}",
-            "data.max_docs=60",
-            "method_kwargs.num_samples=20",
-            "method_kwargs.scorer_steps=30",
-            "method_kwargs.backbone.text=hash",
-            "method_kwargs.backbone.rounds=2",
-            "method_kwargs.backbone.hash_dim=64",
-            f"method_kwargs.generator={json.dumps(TINY_GENERATOR)}",
-        ],
-    )
+    cfg = load_config("fednsl_dwie", [
+        "rounds=2", f"data.path={dwie_dir}", "data.max_docs=60", "method_kwargs.num_samples=20",
+        "method_kwargs.scorer_steps=30", "method_kwargs.backbone.text=hash", "method_kwargs.backbone.rounds=2",
+        "method_kwargs.backbone.hash_dim=64",
+        f"method_kwargs.generator={json.dumps(TINY_GENERATOR)}",
+    ])
     result = train(cfg, tmp_path / "run", progress=False)
     ev = server_rows(result.rows, "evaluate")
     assert [r["round"] for r in ev] == [1, 2]
@@ -314,12 +263,12 @@ def _one_round_to_evaluation(cfg: RunConfig):
     fed = build_federation(cfg)
     s = fed.strategy
     cids = sorted(fed.clients)
-    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3})) for c in cids}
+    stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"seed": 1, "max_body_len": 3}))
+             for c in cids}
     s.aggregate_train_stats(1, stats, {})
     msg = s.configure_train(1, cids)[cids[0]]
-    replies = {
-        c: fed.clients[c].handle(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 3})) for c in cids
-    }
+    replies = {c: fed.clients[c].handle(Message("train", 1, arrays=msg.arrays, config={**msg.config, "seed": 3}))
+               for c in cids}
     s.aggregate_train(1, replies, {})
     ev = s.configure_evaluate(1, cids)
     return fed, Message("evaluate", 1, arrays=ev.arrays, config={**ev.config, "seed": 3})
@@ -332,11 +281,8 @@ def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
     # the published route scores the unseen triples with the owners' scorer the server sent
     unseen = client._build("unseen_test", Proposal.from_arrays(ev.arrays), 1).inst
     assert ev.arrays["published_mask"][unseen.tri.numpy()].any()
-    scaled = {
-        **ev.arrays,
-        "published_weights": ev.arrays["published_weights"] * 3.0,
-        "published_bias": ev.arrays["published_bias"] - 1.0,
-    }
+    scaled = {**ev.arrays, "published_weights": ev.arrays["published_weights"] * 3.0,
+              "published_bias": ev.arrays["published_bias"] - 1.0}
     moved = client.score_unseen(Message("evaluate", 1, arrays=scaled, config=ev.config))
     assert not np.allclose(moved["published"], base["published"])
     np.testing.assert_allclose(moved["prior"], base["prior"])  # the prior route does not read them
@@ -357,9 +303,8 @@ def test_unseen_predictions_depend_on_what_the_server_sent() -> None:
     for t in range(gp.shape[0]):
         real = np.flatnonzero(mask[t])
         gp[t, real] = gp[t, real[::-1]]  # the same numbers on other bodies: still a distribution
-    flipped = client.score_unseen(
-        Message("evaluate", 1, arrays={**ev.arrays, "global_posterior": gp}, config=ev.config)
-    )
+    flipped = client.score_unseen(Message("evaluate", 1, arrays={**ev.arrays, "global_posterior": gp},
+                                          config=ev.config))
     assert not np.allclose(flipped["prior"], base["prior"])
     # without the server's aggregate, both routes fall back to the round's T_θ (and change again)
     bare = {k: v for k, v in ev.arrays.items() if not k.startswith(("global_", "published_"))}
@@ -376,10 +321,8 @@ def test_kl_weight_changes_unseen_f1(tmp_path: Path) -> None:
     for lam in (0.0, 10.0):
         result = train(small_config(rounds=1, kl_weight=lam), tmp_path / f"lam{lam:g}", progress=False)
         rows[lam] = server_rows(result.rows, "evaluate")[-1]
-    assert (
-        rows[0.0]["unseen_f1"] != rows[10.0]["unseen_f1"]
-        or rows[0.0]["prior_unseen_f1"] != rows[10.0]["prior_unseen_f1"]
-    )
+    assert rows[0.0]["unseen_f1"] != rows[10.0]["unseen_f1"] or \
+        rows[0.0]["prior_unseen_f1"] != rows[10.0]["prior_unseen_f1"]
     assert (tmp_path / "lam0" / "eval_documents.npz").exists()
 
 
@@ -466,7 +409,4 @@ def test_round0_mining_adds_the_backbone_edges_outside_the_clients_combo() -> No
     assert facts - {(h1, 2, t1)} == gold_inside and (h3, 4, t3) not in gold_inside
     client.mining_edges = "combo"
     mined, extra = client._mining_docs()
-    assert (
-        extra == 0
-        and {tuple(f) for f in next(m for m in mined if m.doc_id == doc.doc_id).facts.tolist()} == gold_inside
-    )
+    assert extra == 0 and {tuple(f) for f in next(m for m in mined if m.doc_id == doc.doc_id).facts.tolist()} == gold_inside

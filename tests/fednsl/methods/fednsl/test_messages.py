@@ -14,41 +14,15 @@ from fednsl.methods.fednsl.messages import (
 
 
 def test_scorer_config_carries_every_config_option_with_plain_types() -> None:
-    cfg = FedNSLConfig(
-        kl_weight=1,
-        kl_direction="forward",
-        prior_source="mixed",
-        count_correction=True,
-        pass_through=True,
-        posterior_instances="positive",
-        kl_scale="per_triple",
-        scorer_optimizer="adam",
-        scorer_tol=1e-3,
-        scorer_steps=7,
-        scorer_lr=1,
-        scorer_weight_decay=0.5,
-        scorer_bias_init="uniform",
-        transfer="prior",
-        transfer_top=2,
-    )
+    cfg = FedNSLConfig(kl_weight=1, kl_direction="forward", prior_source="mixed", count_correction=True,
+                       pass_through=True, posterior_instances="positive", kl_scale="per_triple",
+                       scorer_optimizer="adam", scorer_tol=1e-3, scorer_steps=7, scorer_lr=1,
+                       scorer_weight_decay=0.5, scorer_bias_init="uniform", transfer="prior", transfer_top=2)
     sent = scorer_config(cfg.scorer_options())
-    expected = {
-        "kl_weight": 1.0,
-        "kl_direction": "forward",
-        "prior_source": "mixed",
-        "count_correction": True,
-        "pass_through": True,
-        "posterior_instances": "positive",
-        "kl_scale": "per_triple",
-        "optimizer": "adam",
-        "tol": 1e-3,
-        "steps": 7,
-        "lr": 1.0,
-        "weight_decay": 0.5,
-        "bias_init": "uniform",
-        "transfer": "prior",
-        "transfer_top": 2,
-    }
+    expected = {"kl_weight": 1.0, "kl_direction": "forward", "prior_source": "mixed",
+                "count_correction": True, "pass_through": True, "posterior_instances": "positive",
+                "kl_scale": "per_triple", "optimizer": "adam", "tol": 1e-3, "steps": 7,
+                "lr": 1.0, "weight_decay": 0.5, "bias_init": "uniform", "transfer": "prior", "transfer_top": 2}
     assert sent == expected and list(sent) == list(expected)
     assert [type(v) for v in sent.values()] == [type(v) for v in expected.values()]
     assert SCORER_KEYS == tuple(expected)
@@ -70,10 +44,5 @@ def test_published_transfer_needs_no_pass_through_and_bad_choices_name_the_optio
     with pytest.raises(ValueError, match="method_kwargs.kl_scale"):
         FedNSLConfig(kl_scale="per_doc")
     defaults = FedNSLConfig().scorer_options()
-    assert (
-        defaults.prior_source,
-        defaults.posterior_instances,
-        defaults.pass_through,
-        defaults.kl_scale,
-        defaults.optimizer,
-    ) == ("renormalised", "all", False, "per_cell", "lbfgs")
+    assert (defaults.prior_source, defaults.posterior_instances, defaults.pass_through, defaults.kl_scale,
+            defaults.optimizer) == ("renormalised", "all", False, "per_cell", "lbfgs")

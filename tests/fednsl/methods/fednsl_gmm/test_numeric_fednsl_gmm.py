@@ -35,11 +35,8 @@ def blobs(seed=0):
 
 
 def start():
-    return GMM(
-        np.array([0.3, 0.3, 0.4]),
-        np.array([[1.5, 1.0], [0.5, -0.5], [-1.0, 0.5]]),
-        np.repeat(np.eye(2)[None] * 1.5, 3, axis=0),
-    )
+    return GMM(np.array([0.3, 0.3, 0.4]), np.array([[1.5, 1.0], [0.5, -0.5], [-1.0, 0.5]]),
+               np.repeat(np.eye(2)[None] * 1.5, 3, axis=0))
 
 
 def federated_em(parts, gmm, steps, reg=1e-6):
@@ -52,19 +49,11 @@ def federated_em(parts, gmm, steps, reg=1e-6):
 @pytest.mark.parametrize("steps", [1, 5])
 def test_federated_em_equals_sklearn_on_pooled_points(steps):
     x = blobs()
-    parts = [x[:70], x[70:200], x[200:]]  # three clients, unequal sizes
+    parts = [x[:70], x[70:200], x[200:]]            # three clients, unequal sizes
     g0 = start()
     ours = federated_em(parts, g0, steps)
-    sk = GaussianMixture(
-        3,
-        covariance_type="full",
-        weights_init=g0.weights,
-        means_init=g0.means,
-        precisions_init=np.linalg.inv(g0.covariances),
-        max_iter=steps,
-        tol=0.0,
-        reg_covar=1e-6,
-    )
+    sk = GaussianMixture(3, covariance_type="full", weights_init=g0.weights, means_init=g0.means,
+                         precisions_init=np.linalg.inv(g0.covariances), max_iter=steps, tol=0.0, reg_covar=1e-6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         sk.fit(x)
@@ -92,7 +81,7 @@ def test_init_from_classifier_posteriors_uses_pooled_covariance():
 
 
 def test_kl_to_prior_hand_computed():
-    logits = torch.tensor([[0.0, np.log(3.0), 0.0]])  # p = (0.2, 0.6, 0.2)
+    logits = torch.tensor([[0.0, np.log(3.0), 0.0]])          # p = (0.2, 0.6, 0.2)
     log_r = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
     p, r = np.array([0.2, 0.6, 0.2]), np.array([0.5, 0.25, 0.25])
     assert kl_to_prior(logits, log_r, "reverse").item() == pytest.approx(float((p * np.log(p / r)).sum()), rel=1e-6)
@@ -108,7 +97,8 @@ def test_prior_floor_keeps_log_probs_finite_and_normalised():
 
 
 def small_config(**kw):
-    return RunConfig(method="fednsl-gmm", rounds=3, seed=0, name="t", method_kwargs=kw, federation={"min_clients": 2})
+    return RunConfig(method="fednsl-gmm", rounds=3, seed=0, name="t", method_kwargs=kw,
+                     federation={"min_clients": 2})
 
 
 def test_em_stages_initialise_then_increase_the_likelihood(tmp_path):
@@ -119,9 +109,9 @@ def test_em_stages_initialise_then_increase_the_likelihood(tmp_path):
     assert isinstance(strat, FedNSLGMMStrategy)
     assert strat.stages(1) == ("train", "em.1", "em.2", "em.3", "evaluate")
     em_rows = [r for r in res.rows if r["scope"] == "server" and r["stage"].startswith("em")]
-    assert len(em_rows) == 6 and "loglik_per_point" not in em_rows[0]  # the first EM stage initialises
+    assert len(em_rows) == 6 and "loglik_per_point" not in em_rows[0]     # the first EM stage initialises
     ll = [r["loglik_per_point"] for r in em_rows[1:]]
-    assert all(b >= a - 1e-9 for a, b in zip(ll, ll[1:]))  # EM never decreases the likelihood
+    assert all(b >= a - 1e-9 for a, b in zip(ll, ll[1:]))                 # EM never decreases the likelihood
     assert (tmp_path / "run" / "gmm.json").exists()
 
 
@@ -152,11 +142,8 @@ def test_product_posterior_is_prior_times_evidence():
     from fednsl.pipeline import build_federation
 
     client = build_federation(small_config()).clients["c2"]
-    g = GMM(
-        np.array([0.2, 0.3, 0.5]),
-        np.array([[1.0, 1.0], [0.0, 0.0], [-0.8, -0.8]]),
-        np.repeat(np.eye(2)[None] * 0.5, 3, 0),
-    )
+    g = GMM(np.array([0.2, 0.3, 0.5]), np.array([[1.0, 1.0], [0.0, 0.0], [-0.8, -0.8]]),
+            np.repeat(np.eye(2)[None] * 0.5, 3, 0))
     q, _ = client.posterior("product", g)
     with torch.no_grad():
         p = torch.softmax(client.model(client.x), 1).double().numpy()

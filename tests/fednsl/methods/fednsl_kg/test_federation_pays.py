@@ -20,12 +20,8 @@ def _round_one(overrides: list[str]):
     stats = {c: fed.clients[c].handle(Message("train.stats", 1, config={"max_body_len": 3, "seed": 1})) for c in ids}
     s.aggregate_train_stats(1, stats, {})
     requests = s.configure_train(1, ids)
-    replies = {
-        c: fed.clients[c].handle(
-            Message("train", 1, arrays=requests[c].arrays, config={**requests[c].config, "seed": 2})
-        )
-        for c in ids
-    }
+    replies = {c: fed.clients[c].handle(Message("train", 1, arrays=requests[c].arrays,
+                                                config={**requests[c].config, "seed": 2})) for c in ids}
     for c in ids:
         validate(replies[c], s.reply_schema("train"))
     s.aggregate_train(1, replies, {})
@@ -73,7 +69,7 @@ def test_a_client_keeps_its_own_mined_bodies_beside_the_proposal_and_answers_for
         sent = p.bodies_of(t, R)
         used = client.predictor.bodies[r]
         assert used[: len(sent)] == sent
-        assert set(used[len(sent) :]) == set(client.mined.get(r, [])) - set(sent)
+        assert set(used[len(sent):]) == set(client.mined.get(r, [])) - set(sent)
     post, mask = replies[ids[-1]].arrays["posterior"], replies[ids[-1]].arrays["mask"]
     assert post.shape == p.mask.shape and not (mask & ~p.mask.numpy()).any()
     off = build_federation(load_config(CONFIG, [*ENTITY3, "method_kwargs.keep_own_rules=false"]))
@@ -87,9 +83,7 @@ def test_averaged_weights_are_sent_as_every_clients_start() -> None:
     nxt = s.configure_train(2, ids)[ids[0]]
     validate(nxt, s.request_schema("train"))
     p = Proposal.from_arrays(nxt.arrays)
-    where = {
-        (key, body): (t, j) for t, key in enumerate(first.keys()) for j, body in enumerate(first.bodies_of(t, s.R))
-    }
+    where = {(key, body): (t, j) for t, key in enumerate(first.keys()) for j, body in enumerate(first.bodies_of(t, s.R))}
     for t, key in enumerate(p.keys()):
         for j, body in enumerate(p.bodies_of(t, s.R)):
             if (key, body) not in where:
@@ -114,9 +108,8 @@ def test_select_on_valid_scores_with_whichever_predictor_ranks_valid_better() ->
             assert client.local is not None and client.predictor is not None
             assert replies[cid].metrics["heads_local"] == len(client.use_local)
             valid = {
-                name: float(
-                    evaluate_link_prediction(f.score, client.part, "valid", None, client.filter_index).compute()["mrr"]
-                )
+                name: float(evaluate_link_prediction(f.score, client.part, "valid", None, client.filter_index)
+                            .compute()["mrr"])
                 for name, f in (("federated", client.predictor), ("local", client.local), ("chosen", client))
             }
             if mode == "client":  # the chosen scorer is the better of the two on valid (ties: federated)

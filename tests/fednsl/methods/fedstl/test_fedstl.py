@@ -51,10 +51,8 @@ def test_cluster_id_loss_matrix_and_rules_by_hand():
     # cheapest cluster with room, 2 (0.2 < 0.35)
     b, _ = cluster_id([_Const(c) for c in CONSTS], x, props, rule="balanced", capacity=2)
     assert b.tolist() == [1, 0, 2, 1, 2]
-    sq = alignment_losses(
-        torch.stack([_Const(c)(x.reshape(-1, 5)).reshape(5, 4, H) for c in CONSTS]), props, lp="squared"
-    )
-    np.testing.assert_allclose(sq.numpy(), ref**2, atol=1e-6)
+    sq = alignment_losses(torch.stack([_Const(c)(x.reshape(-1, 5)).reshape(5, 4, H) for c in CONSTS]), props, lp="squared")
+    np.testing.assert_allclose(sq.numpy(), ref ** 2, atol=1e-6)
 
 
 def test_stl_measures_delegate_to_rules_stl():
@@ -62,14 +60,11 @@ def test_stl_measures_delegate_to_rules_stl():
     preds = torch.rand(3, 5, 4, H, generator=torch.Generator().manual_seed(0))
     params = {p: torch.cat([q.params[p] for q in props]) for p in TPL.params}
     for measure in ("violation", "robustness", "unsatisfied"):
-        torch.testing.assert_close(
-            alignment_losses(preds, props, measure), stl.alignment_matrix(TPL, params, preds, measure=measure)
-        )
+        torch.testing.assert_close(alignment_losses(preds, props, measure),
+                                   stl.alignment_matrix(TPL, params, preds, measure=measure))
     # lp with lp="violation" = LogiCP g
-    torch.testing.assert_close(
-        alignment_losses(preds, props, "lp", lp="violation"),
-        stl.alignment_matrix(TPL, params, preds, measure="violation"),
-    )
+    torch.testing.assert_close(alignment_losses(preds, props, "lp", lp="violation"),
+                               stl.alignment_matrix(TPL, params, preds, measure="violation"))
     assert assign(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), "argmin").tolist() == [1, 0]
     with pytest.raises(ValueError, match="rule"):
         assign(torch.zeros(2, 2), "kmeans")
@@ -83,27 +78,23 @@ def test_shared_sample_is_seeded():
 
 def _strategy(cfg: FedSTLConfig, k: int = 2) -> FedSTLStrategy:
     init = [get_weights(LinearForecaster(5, H, seed=j)) for j in range(k)]
-    return FedSTLStrategy(
-        cfg, rounds=5, seed=0, template=TPL, horizon=H, initial=init, model_factory=lambda: LinearForecaster(5, H)
-    )
+    return FedSTLStrategy(cfg, rounds=5, seed=0, template=TPL, horizon=H, initial=init,
+                          model_factory=lambda: LinearForecaster(5, H))
 
 
 def _share(s: FedSTLStrategy, clients: dict) -> None:
-    replies = {
-        cid: c.share(Message("share", 1, config={"shared_fraction": 1.0, "seed": i}))
-        for i, (cid, c) in enumerate(clients.items())
-    }
+    replies = {cid: c.share(Message("share", 1, config={"shared_fraction": 1.0, "seed": i}))
+               for i, (cid, c) in enumerate(clients.items())}
     for r in replies.values():
         validate(r, s.reply_schema("share"))
     s.aggregate_share(1, replies, {})
 
 
 def test_cluster_aggregation_and_eq4_step_by_hand():
-    cfg = FedSTLConfig(num_clusters=2, cluster_epochs=1, lam=0.0, lr=0.1, momentum=0.0, weight_decay=0.0, batch_size=64)
+    cfg = FedSTLConfig(num_clusters=2, cluster_epochs=1, lam=0.0, lr=0.1, momentum=0.0, weight_decay=0.0,
+                       batch_size=64)
     s = _strategy(cfg)
-    clients = {
-        f"c{i}": FedSTLClient(f"c{i}", series(seed=i), LinearForecaster(5, H, seed=10 + i), TPL) for i in range(3)
-    }
+    clients = {f"c{i}": FedSTLClient(f"c{i}", series(seed=i), LinearForecaster(5, H, seed=10 + i), TPL) for i in range(3)}
     _share(s, clients)
     s.assignment = {"c0": 0, "c1": 0, "c2": 1}
     msgs = s.configure_train(2, ["c0", "c1"])
@@ -112,20 +103,10 @@ def test_cluster_aggregation_and_eq4_step_by_hand():
     s.sent = {"c0": 0, "c1": 0}
     before1 = {k: v.copy() for k, v in s.models[1].items()}
     head0 = {k: s.models[0][k].copy() for k in ("head.weight", "head.bias")}
-    r0 = Message(
-        "train",
-        2,
-        "c0",
-        arrays={"body.weight": np.ones((2, 5), np.float32)},
-        metrics={"num_examples": 6, "train_loss": 1.0, "lp_before": 0.0},
-    )
-    r1 = Message(
-        "train",
-        2,
-        "c1",
-        arrays={"body.weight": np.full((2, 5), 4.0, np.float32)},
-        metrics={"num_examples": 12, "train_loss": 1.0, "lp_before": 0.0},
-    )
+    r0 = Message("train", 2, "c0", arrays={"body.weight": np.ones((2, 5), np.float32)},
+                 metrics={"num_examples": 6, "train_loss": 1.0, "lp_before": 0.0})
+    r1 = Message("train", 2, "c1", arrays={"body.weight": np.full((2, 5), 4.0, np.float32)},
+                 metrics={"num_examples": 12, "train_loss": 1.0, "lp_before": 0.0})
     for r in (r0, r1):
         validate(r, s.reply_schema("train"))
     s.aggregate_train(2, {"c0": r0, "c1": r1}, {})
@@ -160,38 +141,22 @@ def test_cluster_property_is_mined_on_cluster_data():
 def test_client_train_sends_shared_layers_and_keeps_head():
     c = FedSTLClient("c", series(), LinearForecaster(5, H, seed=1), TPL)
     phi = get_weights(LinearForecaster(5, H, seed=2), ["body.weight"])
-    cfg = {
-        "lr": 0.05,
-        "momentum": 0.0,
-        "weight_decay": 0.0,
-        "batch_size": 64,
-        "local_epochs": 1,
-        "max_batches": None,
-        "grad_clip": None,
-        "lam": 1.0,
-        "lp": "l1",
-        "seed": 0,
-    }
+    cfg = {"lr": 0.05, "momentum": 0.0, "weight_decay": 0.0, "batch_size": 64, "local_epochs": 1,
+           "max_batches": None, "grad_clip": None, "lam": 1.0, "lp": "l1", "seed": 0}
     r = c.train(Message("train", 1, arrays=phi, config=cfg))
     assert set(r.arrays) == {"body.weight"} and c.local is not None
     fresh = FedSTLClient("f", series(), LinearForecaster(5, H, seed=1), TPL)
     cluster = get_weights(LinearForecaster(5, H, seed=5))
     fresh._load_cluster(cluster)  # no head of its own yet: adopts the cluster head
     np.testing.assert_array_equal(get_weights(fresh.model)["head.weight"], cluster["head.weight"])
-    c._load_cluster(cluster)  # has its own head: keeps it, takes only ϕ_j
+    c._load_cluster(cluster)      # has its own head: keeps it, takes only ϕ_j
     np.testing.assert_array_equal(get_weights(c.model)["head.weight"], c.local["head.weight"])
     np.testing.assert_array_equal(get_weights(c.model)["body.weight"], cluster["body.weight"])
     head = c.local["head.weight"].copy()
     r2 = c.train(Message("train", 2, arrays=phi, config=cfg))  # head carries over, ϕ reloaded
     assert not np.allclose(c.local["head.weight"], head)
-    ev = c.evaluate(
-        Message(
-            "evaluate",
-            2,
-            arrays=get_weights(LinearForecaster(5, H, seed=3)),
-            config={"split": "test", "cluster": 1, "seed": 0},
-        )
-    )
+    ev = c.evaluate(Message("evaluate", 2, arrays=get_weights(LinearForecaster(5, H, seed=3)),
+                            config={"split": "test", "cluster": 1, "seed": 0}))
     assert ev.metrics["cluster"] == 1 and ev.metrics["t_rho"] == 100.0 and "s_mse" in ev.metrics
     assert np.isfinite(r2.metrics["lp_before"])
 
@@ -206,23 +171,14 @@ def test_config_errors():
 
 
 def _final(rows, stage="evaluate"):
-    return {
-        k: v
-        for k, v in [r for r in rows if r["scope"] == "server" and r["stage"] == stage][-1].items()
-        if not k.endswith("time_s")
-    }
+    return {k: v for k, v in [r for r in rows if r["scope"] == "server" and r["stage"] == stage][-1].items()
+            if not k.endswith("time_s")}
 
 
 def test_synthetic_default_end_to_end_via_pipeline(tmp_path):
     """configs/fedstl_synthetic.yaml, reduced, through fednsl.pipeline.train; then the same seed again."""
-    over = [
-        "rounds=2",
-        "data.num_clients=6",
-        "data.days=20",
-        "method_kwargs.local_epochs=1",
-        "method_kwargs.model.hidden=4",
-        "method_kwargs.num_clusters=2",
-    ]
+    over = ["rounds=2", "data.num_clients=6", "data.days=20", "method_kwargs.local_epochs=1",
+            "method_kwargs.model.hidden=4", "method_kwargs.num_clusters=2"]
     res = train(load_config("fedstl_synthetic", over), tmp_path / "a", progress=False)
     last = _final(res.rows)
     assert last["evaluate.replies"] == 6 and last["t_rho"] == 100.0
@@ -241,14 +197,8 @@ def test_transformer_run_has_finite_sensible_losses(tmp_path):
     """The README's `fednsl train fedstl_synthetic --set method_kwargs.model.name=transformer`, reduced: the
     config's SGD (lr 0.1, momentum 0.9) used to blow the transformer up (train loss ~1e19, then a NaN loss
     matrix in CLUSTER_ID); every loss now stays finite and below the targets' range."""
-    over = [
-        "rounds=2",
-        "data.num_clients=4",
-        "data.days=20",
-        "method_kwargs.local_epochs=3",
-        "method_kwargs.num_clusters=2",
-        "method_kwargs.model.name=transformer",
-    ]
+    over = ["rounds=2", "data.num_clients=4", "data.days=20", "method_kwargs.local_epochs=3",
+            "method_kwargs.num_clusters=2", "method_kwargs.model.name=transformer"]
     res = train(load_config("fedstl_synthetic", over), tmp_path / "tf", progress=False)
     server = [r for r in res.rows if r["scope"] == "server"]
     losses = [r[k] for r in server if r["stage"] == "train" for k in ("train_loss", "cluster_loss")]
@@ -257,16 +207,13 @@ def test_transformer_run_has_finite_sensible_losses(tmp_path):
     assert all(np.isfinite(v) and 0 <= v < 0.5 for v in losses + mses), (losses, mses)  # targets lie in [0, 1]
     assert _final(res.rows)["evaluate.replies"] == 4
 
-
 def test_resume_is_bit_exact(tmp_path):
-    cfg3 = tiny_config(
-        "fedstl", rounds=3, num_clusters=2, rule="balanced", cluster_property="owner", final_round_all=False
-    )  # the last-round schedule depends on `rounds`
+    cfg3 = tiny_config("fedstl", rounds=3, num_clusters=2, rule="balanced", cluster_property="owner",
+                      final_round_all=False)  # the last-round schedule depends on `rounds`
     (tmp_path / "full").mkdir()
     full = InProcessRunner(build_federation(cfg3), cfg3, tmp_path / "full", progress=False).run()
-    cfg2 = tiny_config(
-        "fedstl", rounds=2, num_clusters=2, rule="balanced", cluster_property="owner", final_round_all=False
-    )  # the last-round schedule depends on `rounds`
+    cfg2 = tiny_config("fedstl", rounds=2, num_clusters=2, rule="balanced", cluster_property="owner",
+                      final_round_all=False)  # the last-round schedule depends on `rounds`
     (tmp_path / "part").mkdir()
     InProcessRunner(build_federation(cfg2), cfg2, tmp_path / "part", progress=False).run()
     resumed = InProcessRunner(build_federation(cfg3), cfg3, tmp_path / "part", resume=True, progress=False).run()

@@ -17,12 +17,12 @@ KM_MODULE = "tests.fednsl.methods.kifl.test_kifl"
 
 # KMs referenced by import path from the configs below ------------------------------------------------------
 def wrong_shape_pkm(x: np.ndarray) -> np.ndarray:
-    return np.zeros((len(x), 4))  # wine has k = 3 classes
+    return np.zeros((len(x), 4))              # wine has k = 3 classes
 
 
 def empty_range_km(x: np.ndarray) -> np.ndarray:
     out = np.ones((len(x), 3), dtype=bool)
-    out[x[:, 12] > 700] = False  # proline > 700: no class admissible
+    out[x[:, 12] > 700] = False                # proline > 700: no class admissible
     return out
 
 
@@ -49,14 +49,9 @@ def trained(tmp_path_factory):
     cfg.method_kwargs["knowledge"] = dict(cfg.method_kwargs["knowledge"])
     cfg.method_kwargs["knowledge"]["c2"] = {
         "prediction": {"fit": "logreg"},
-        "range": {"callable": f"{KM_MODULE}:random_range_km", "kwargs": {"seed": 3}},
-    }
-    res = train(
-        cfg,
-        tmp_path_factory.mktemp("kifl") / "run",
-        progress=False,
-        message_hook=lambda d, cid, m: seen.append((d, cid, m)),
-    )
+        "range": {"callable": f"{KM_MODULE}:random_range_km", "kwargs": {"seed": 3}}}
+    res = train(cfg, tmp_path_factory.mktemp("kifl") / "run", progress=False,
+                message_hook=lambda d, cid, m: seen.append((d, cid, m)))
     return res, seen
 
 
@@ -93,15 +88,15 @@ def test_messages_leaving_clients_hold_only_weights_and_counts(trained):
     assert {m.kind for _, m in ups} == {"train", "evaluate"}
     for cid, msg in ups:
         assert not msg.config
-        assert all(isinstance(v, int) and v >= 0 for v in msg.metrics.values()), msg.metrics  # counts
+        assert all(isinstance(v, int) and v >= 0 for v in msg.metrics.values()), msg.metrics   # counts
         if msg.kind == "train":
             assert set(msg.metrics) == {"num_examples"}
-            assert {k: a.shape for k, a in msg.arrays.items()} == shapes  # θ^m only
+            assert {k: a.shape for k, a in msg.arrays.items()} == shapes                      # θ^m only
             assert all(np.issubdtype(a.dtype, np.floating) for a in msg.arrays.values())
         else:
             assert not msg.arrays and set(msg.metrics) == {"num_examples", "correct", "violations"}
         client = fed.clients[cid]
-        for arr in msg.arrays.values():  # no KM output, label or raw row rides along
+        for arr in msg.arrays.values():          # no KM output, label or raw row rides along
             for secret in (client.km_train.allowed, client.km_train.pkm, client.data.y_train, client.data.x_train):
                 assert arr.shape != secret.shape
 
@@ -112,7 +107,7 @@ def test_local_mode_sends_no_weights(tmp_path):
     res = train(cfg, tmp_path / "r", progress=False, message_hook=lambda d, c, m: seen.append(m) if d == "up" else None)
     assert seen and all(not m.arrays for m in seen)
     init = res.federation.strategy.initial_weights
-    assert all(np.array_equal(init[k], res.federation.strategy.weights[k]) for k in init)  # nothing averaged
+    assert all(np.array_equal(init[k], res.federation.strategy.weights[k]) for k in init)   # nothing averaged
     assert all(c.local_weights is not None for c in res.federation.clients.values())
 
 
@@ -130,20 +125,14 @@ def test_range_excluding_every_class_names_the_client():
         build_federation(cfg)
 
 
-@pytest.mark.parametrize(
-    "knowledge, message",
-    [
-        ({"c9": {"prediction": {"fit": "logreg"}}}, r"unknown client id\(s\) \['c9'\]"),
-        ({"all": {"prediction": {"fit": "magic"}}}, "unknown fitted prediction KM 'magic'"),
-        ({"all": {"range": {"callable": "no_such_module:f"}}}, "cannot import module 'no_such_module'"),
-        (
-            {"all": {"range": {"rules": "configs/kifl/wine_expert.rules", "kwargs": {}}}},
-            r"unknown key\(s\) \['kwargs'\]",
-        ),
-        ({"all": {"prediction": {"fit": "logreg", "callable": "x:y"}}}, "exactly one of"),
-        ({"all": {"weight": 1}}, r"unknown key\(s\) \['weight'\]"),
-    ],
-)
+@pytest.mark.parametrize("knowledge, message", [
+    ({"c9": {"prediction": {"fit": "logreg"}}}, r"unknown client id\(s\) \['c9'\]"),
+    ({"all": {"prediction": {"fit": "magic"}}}, "unknown fitted prediction KM 'magic'"),
+    ({"all": {"range": {"callable": "no_such_module:f"}}}, "cannot import module 'no_such_module'"),
+    ({"all": {"range": {"rules": "configs/kifl/wine_expert.rules", "kwargs": {}}}}, r"unknown key\(s\) \['kwargs'\]"),
+    ({"all": {"prediction": {"fit": "logreg", "callable": "x:y"}}}, "exactly one of"),
+    ({"all": {"weight": 1}}, r"unknown key\(s\) \['weight'\]"),
+])
 def test_config_errors_are_clear(knowledge, message):
     cfg = wine()
     cfg.method_kwargs["knowledge"] = knowledge

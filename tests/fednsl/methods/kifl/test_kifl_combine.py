@@ -24,19 +24,14 @@ from fednsl.methods.kifl.knowledge import KnowledgeModelError
 def test_hand_computed_values():
     # logits (1, 2, 3), class 1 inadmissible, P-KM says 2, λ = 0.3:
     # s = (e^1, 0, e^3) / (e^1 + e^3) = (1/(1+e^2), 0, e^2/(1+e^2)); f = 0.7 s + 0.3 e_2
-    f = knowledge_injected(
-        torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64),
-        torch.tensor([[True, False, True]]),
-        torch.tensor([2]),
-        0.3,
-    )
-    s0 = 1 / (1 + math.e**2)
+    f = knowledge_injected(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64),
+                           torch.tensor([[True, False, True]]), torch.tensor([2]), 0.3)
+    s0 = 1 / (1 + math.e ** 2)
     assert f[0].tolist() == pytest.approx([0.7 * s0, 0.0, 0.7 * (1 - s0) + 0.3], abs=1e-12)
     assert f[0].tolist() == pytest.approx([0.0834420, 0.0, 0.9165580], abs=1e-7)
     # P-KM abstains (-1): λ is 0 on that row, f is the masked softmax
-    g = knowledge_injected(
-        torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float64), torch.tensor([[True, True]]), torch.tensor([-1]), 0.9
-    )
+    g = knowledge_injected(torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float64), torch.tensor([[True, True]]),
+                           torch.tensor([-1]), 0.9)
     assert g[0].tolist() == pytest.approx([0.25, 0.75], abs=1e-12)
 
 
@@ -55,12 +50,12 @@ def test_proposition_5_1_and_reference(seed: int, n: int, k: int, lam: float):
     logits, allowed, pkm = _case(seed, n, k)
     f = knowledge_injected(torch.from_numpy(logits), torch.from_numpy(allowed), torch.from_numpy(pkm), lam).numpy()
     np.testing.assert_allclose(f, knowledge_injected_numpy(logits, allowed, pkm, lam), atol=1e-12)
-    np.testing.assert_allclose(f.sum(1), 1.0, atol=1e-12)  # (a) in the simplex
-    assert np.all(f >= 0) and np.all(f[~allowed] == 0.0)  # (c) exact zeros off g_r
+    np.testing.assert_allclose(f.sum(1), 1.0, atol=1e-12)                        # (a) in the simplex
+    assert np.all(f >= 0) and np.all(f[~allowed] == 0.0)                          # (c) exact zeros off g_r
     has = pkm >= 0
-    assert np.all(f[has, pkm[has]] >= lam - 1e-12)  # (b) ⟨f, g_p⟩ >= λ
+    assert np.all(f[has, pkm[has]] >= lam - 1e-12)                                 # (b) ⟨f, g_p⟩ >= λ
     if lam > 0.5:
-        assert np.array_equal(f[has].argmax(1), pkm[has])  # (b) argmax = P-KM
+        assert np.array_equal(f[has].argmax(1), pkm[has])                         # (b) argmax = P-KM
 
 
 def test_jacobian_proposition_5_1_d():
@@ -99,7 +94,7 @@ def test_resolve_conflicts_policies():
     assert n == 1 and p.tolist() == [1, 1] and a.tolist() == [[True, True], [False, True]]
     with pytest.raises(KnowledgeModelError, match="client 'c3'.*Assumption 5.1 violated on 1 rows"):
         resolve_conflicts(allowed, pkm, "error", "c3")
-    assert allowed.tolist() == [[True, False], [False, True]]  # inputs untouched
+    assert allowed.tolist() == [[True, False], [False, True]]   # inputs untouched
 
 
 def test_percentage_of_violations_eq_7():

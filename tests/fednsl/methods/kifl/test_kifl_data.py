@@ -25,7 +25,7 @@ def test_fashion_mnist_idx_loader(tmp_path: Path):
     imgs, labels = rng.integers(0, 256, (20, 28, 28)), rng.integers(0, 10, 20)
     write_idx(tmp_path / "train-images-idx3-ubyte.gz", imgs)
     write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
-    write_idx(tmp_path / "t10k-images-idx3-ubyte", imgs[:5])  # uncompressed works too
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", imgs[:5])       # uncompressed works too
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", labels[:5])
     ds = load_fashion_mnist(tmp_path)
     assert ds.x.shape == (20, 784) and ds.x_test.shape == (5, 784) and ds.image_shape == (28, 28)
@@ -69,7 +69,7 @@ def test_partition_is_label_skewed_disjoint_and_seeded():
         rows += [r.tobytes() for r in np.concatenate([s.x_train, s.x_km, s.x_test])]
         assert np.array_equal(s.x_train, again[cid].x_train)
     assert covered == set(range(10))
-    assert len(rows) <= len(ds.y) and len(set(rows)) >= len(rows) - 60  # digits has a few duplicate rows
+    assert len(rows) <= len(ds.y) and len(set(rows)) >= len(rows) - 60   # digits has a few duplicate rows
     with pytest.raises(ValueError, match="train_fraction \\+ km_fraction <= 1"):
         partition(ds, 5, 5, train_fraction=0.6, km_fraction=0.5, test_ratio=0.1, seed=0)
     with pytest.raises(ValueError, match="cannot cover all 10 classes"):
@@ -81,18 +81,18 @@ def test_fitted_kms_see_only_the_slice_and_rules_are_readable():
     split = partition(ds, 5, 5, train_fraction=0.2, km_fraction=0.5, test_ratio=0.2, seed=0)["c0"]
     fit = KnowledgeFitter("c0", split, 10, ds.image_shape, float(ds.hi.max()), seed=7)
     pkm = fit("logreg", {"feature_fraction": 0.3}, InputView(), "prediction")
-    assert len(pkm.view.features) == 19  # ⌊0.3 · 64⌋ columns (eq. 8)
+    assert len(pkm.view.features) == 19                                      # ⌊0.3 · 64⌋ columns (eq. 8)
     assert np.mean(pkm.predict(split.x_test) == split.y_test) > 0.5
     rkm = fit("tree_rules", {"max_depth": 3, "min_samples_leaf": 5, "coverage": 1.0}, InputView(), "range")
     allowed = rkm.allowed(split.x_km)
-    assert allowed[np.arange(len(split.y_km)), split.y_km].all()  # coverage 1.0 on the slice
+    assert allowed[np.arange(len(split.y_km)), split.y_km].all()             # coverage 1.0 on the slice
     assert not allowed[:, [c for c in range(10) if c not in split.classes]].any()
     text = rkm.rules.format()
     assert text.count("range {") == len(rkm.rules.range_rules) <= 8 and "<- x" in text
     fit.pkm = pkm
     lookup = fit("paper_lookup", {"extra_classes": 1}, InputView(), "range")
     la = lookup.allowed(split.x_test)
-    assert la[np.arange(len(split.y_test)), split.y_test].all()  # the paper's map holds the label
+    assert la[np.arange(len(split.y_test)), split.y_test].all()              # the paper's map holds the label
     with pytest.raises(ValueError, match="unknown option"):
         fit("tree_rules", {"depth": 3}, InputView(), "range")
 
@@ -102,9 +102,8 @@ def test_pooled_view_matches_a_brute_force_maxpool():
     x = rng.random((3, 36))
     v = InputView(features=(0, 4), pool=3, image_shape=(6, 6))
     img = x.reshape(3, 6, 6)
-    pooled = np.array(
-        [[img[i, 3 * a : 3 * a + 3, 3 * b : 3 * b + 3].max() for a in range(2) for b in range(2)] for i in range(3)]
-    )
+    pooled = np.array([[img[i, 3 * a:3 * a + 3, 3 * b:3 * b + 3].max() for a in range(2) for b in range(2)]
+                       for i in range(3)])
     assert np.allclose(InputView(pool=3, image_shape=(6, 6))(x), pooled)
     with pytest.raises(ValueError, match="mask uses column 4 but the view has 4"):
         v(x)

@@ -39,7 +39,7 @@ from rules.conformal import (
 )
 
 L, H = 36, 6
-SPLIT = SplitConfig(pretrain=0.1, cal=0.5, nor=0.25, public=0.1)  # 2n windows per client → n for D^cal
+SPLIT = SplitConfig(pretrain=0.1, cal=0.5, nor=0.25, public=0.1)   # 2n windows per client → n for D^cal
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.999) -> tuple[float, float]:
@@ -75,9 +75,7 @@ def residuals(model, w: np.ndarray) -> np.ndarray:
     return (flat[:, L:].numpy() - pred).astype(np.float64).reshape(w.shape[:-1] + (H,))
 
 
-def simulate(
-    model, m: int, n: int, draws: int, seed: int
-) -> tuple[list[dict[str, np.ndarray]], np.ndarray, np.ndarray]:
+def simulate(model, m: int, n: int, draws: int, seed: int) -> tuple[list[dict[str, np.ndarray]], np.ndarray, np.ndarray]:
     """``draws`` independent federations of ``m`` clients with ``2n`` windows each, partitioned by LogiCP's
     ``SplitConfig``, and one test window per draw: (parts, residuals (D, m, 2n, H), test residuals (D, H))."""
     rng = np.random.default_rng(seed)
@@ -86,25 +84,20 @@ def simulate(
     return parts, residuals(model, windows(rng, (draws, m, 2 * n))), residuals(model, windows(rng, (draws,)))
 
 
-def method_hits(
-    parts: list[dict[str, np.ndarray]],
-    e: np.ndarray,
-    e_test: np.ndarray,
-    alpha: float,
-    ranks: tuple[int, int] | None = None,
-) -> tuple[int, float]:
+def method_hits(parts: list[dict[str, np.ndarray]], e: np.ndarray, e_test: np.ndarray, alpha: float,
+                ranks: tuple[int, int] | None = None) -> tuple[int, float]:
     """The LogiCP calibration on every draw at once; returns (joint hits, exact coverage of the ranks)."""
     m = len(parts)
     # client side: residuals stay on the client; σ_i (Eq. 15) and, later, ℓ^(i) (Eq. 16–17)
-    cal = [np.moveaxis(e[:, i, parts[i]["cal"]], 1, 0) for i in range(m)]  # (n, D, H) each
+    cal = [np.moveaxis(e[:, i, parts[i]["cal"]], 1, 0) for i in range(m)]    # (n, D, H) each
     nor = [np.moveaxis(e[:, i, parts[i]["nor"]], 1, 0) for i in range(m)]
-    sigmas = np.stack([client_scale(r) for r in nor])  # (m, D, H) — sent
+    sigmas = np.stack([client_scale(r) for r in nor])                      # (m, D, H) — sent
     # server side: ranks from the counts (choose_ranks), one σ per cluster
     choice = cluster_ranks([len(p["cal"]) for p in parts], alpha)
     ell, kappa = ranks if ranks is not None else (choice.ell, choice.kappa)
-    sigma = cluster_scale(sigmas)  # (D, H) — broadcast back
-    local = np.stack([client_quantile(r, ell, sigma) for r in cal])  # (m, D, H) — sent
-    qhat = cluster_region(local, kappa)  # (D, H)  Eq. 18
+    sigma = cluster_scale(sigmas)                                          # (D, H) — broadcast back
+    local = np.stack([client_quantile(r, ell, sigma) for r in cal])        # (m, D, H) — sent
+    qhat = cluster_region(local, kappa)                                    # (D, H)  Eq. 18
     # evaluation: region Ŷ ± Q̂ on one fresh window per draw, joint over the horizon
     cov = coverage(e_test, -qhat, qhat)
     return int(round(cov.joint * len(e_test))), qq_coverage(len(parts[0]["cal"]), m, ell, kappa)
@@ -139,9 +132,7 @@ def test_joint_coverage_is_valid_and_ranks_one_lower_fail(model, alpha, m, n):
         h2, exact2 = method_hits(parts, e, e_test, alpha, ranks)
         lo2, hi2 = clopper_pearson(h2, draws)
         assert exact2 < 1 - alpha and lo2 <= exact2 <= hi2
-        assert hi2 < 1 - alpha, (
-            f"ranks {ranks}: empirical {h2 / draws:.4f} [{lo2:.4f}, {hi2:.4f}] not below {1 - alpha}"
-        )
+        assert hi2 < 1 - alpha, f"ranks {ranks}: empirical {h2 / draws:.4f} [{lo2:.4f}, {hi2:.4f}] not below {1 - alpha}"
 
 
 def test_batched_client_and_server_steps_match_rules_conformal():
@@ -151,7 +142,7 @@ def test_batched_client_and_server_steps_match_rules_conformal():
     nor = [rng.standard_t(3, size=(n_nor, d, H)) for _ in range(m)]
     for mode in ("cluster", "client", "none"):
         qhat, choice = calibrate_batch(cal, nor, 0.2, mode)
-        for j in range(d):  # one draw at a time through the rules layer's reference protocol
+        for j in range(d):   # one draw at a time through the rules layer's reference protocol
             ref = calibrate_cluster([c[:, j] for c in cal], 0.2, [r[:, j] for r in nor], scale_mode=mode)
             np.testing.assert_allclose(qhat[j], ref.qhat, rtol=0, atol=1e-12)
             assert (ref.ranks.ell, ref.ranks.kappa) == (choice.ell, choice.kappa)
@@ -170,7 +161,7 @@ def test_single_client_region_matches_mapie_and_crepes():
     x = rng.normal(size=(400, 3))
     y = x @ np.array([1.0, -2.0, 0.5]) + rng.standard_t(4, size=400)
     est = LinearRegression().fit(x[:200], y[:200])
-    x_cal, y_cal, x_test = x[200:287], y[200:287], x[287:]  # n = 87 (not a boundary case for crepes)
+    x_cal, y_cal, x_test = x[200:287], y[200:287], x[287:]   # n = 87 (not a boundary case for crepes)
     res = (y_cal - est.predict(x_cal))[:, None]
     for alpha in (0.1, 0.2, 0.05):
         qhat, choice = calibrate_batch([res], None, alpha, "none")

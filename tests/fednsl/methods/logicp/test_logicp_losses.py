@@ -32,13 +32,8 @@ def test_stl_loss_l1_is_mean_per_step_violation_degree():
     """Eq. 21: (1/T)·Σ_τ g(φ, Ŷ, τ) with g = rules.stl.violation of the step-τ constraint."""
     pred, _, lower, upper, _ = _data(1)
     f = stl.parse("(x <= u) and (x >= l)")
-    per_step = torch.stack(
-        [
-            stl.violation(f, pred[:, t : t + 1], {"u": float(upper[t]), "l": float(lower[t])})[:, 0]
-            for t in range(pred.shape[1])
-        ],
-        dim=1,
-    )
+    per_step = torch.stack([stl.violation(f, pred[:, t:t + 1], {"u": float(upper[t]), "l": float(lower[t])})[:, 0]
+                            for t in range(pred.shape[1])], dim=1)
     assert float(stl_loss(pred, lower, upper, "l1")) == pytest.approx(float(per_step.mean()), rel=1e-12)
     assert float(stl_loss(pred, lower, upper, "squared")) == pytest.approx(float(per_step.pow(2).mean()), rel=1e-12)
     # satisfied forecasts cost nothing
@@ -64,19 +59,11 @@ def test_stl_loss_with_a_mined_band_property_and_violation_kind():
 
 def test_cp_loss_is_eq22_hinge():
     pred, y, _, _, qhat = _data(2)
-    ref = np.mean(
-        [
-            [max(0.0, abs(float(pred[i, t] - y[i, t])) - float(qhat[t])) for t in range(y.shape[1])]
-            for i in range(y.shape[0])
-        ]
-    )
+    ref = np.mean([[max(0.0, abs(float(pred[i, t] - y[i, t])) - float(qhat[t])) for t in range(y.shape[1])]
+                   for i in range(y.shape[0])])
     assert float(cp_loss(pred, y, qhat)) == pytest.approx(ref, rel=1e-12)
-    sq = np.mean(
-        [
-            [max(0.0, abs(float(pred[i, t] - y[i, t])) - float(qhat[t])) ** 2 for t in range(y.shape[1])]
-            for i in range(y.shape[0])
-        ]
-    )
+    sq = np.mean([[max(0.0, abs(float(pred[i, t] - y[i, t])) - float(qhat[t])) ** 2 for t in range(y.shape[1])]
+                  for i in range(y.shape[0])])
     assert float(cp_loss(pred, y, qhat, "squared")) == pytest.approx(sq, rel=1e-12)
     inf = torch.full_like(qhat, float("inf"))
     p = pred.clone().requires_grad_(True)
@@ -102,9 +89,8 @@ def test_logicp_loss_is_eq19_weighted_sum():
     no_cp = logicp_loss(pred, y, lower=lower, upper=upper, qhat=None, weights=w)
     assert float(no_cp) == pytest.approx(float(0.5 * mse_loss(pred, y) + 0.2 * stl_loss(pred, lower, upper)))
     # ω1 = 1: plain MSE
-    assert float(
-        logicp_loss(pred, y, lower=None, upper=None, qhat=qhat, weights=LossWeights(1.0, 0.0))
-    ) == pytest.approx(float(mse_loss(pred, y)))
+    assert float(logicp_loss(pred, y, lower=None, upper=None, qhat=qhat, weights=LossWeights(1.0, 0.0))) == \
+        pytest.approx(float(mse_loss(pred, y)))
 
 
 @pytest.mark.parametrize("w1,w2", [(-0.1, 0.2), (0.7, 0.4), (0.5, -1e-3)])
@@ -124,18 +110,15 @@ def test_paper_example_cp_priority():
     assert not bool(validate(pred, lo, up)) and bool(validate(torch.tensor([[9.0]]), lo, up))
     # overlapping regions: the band bound is reachable → both priorities move to it
     assert float(correct(pred, torch.tensor([4.0]), lo, up, "cp")) == 8.0
-    assert float(correct(torch.tensor([[15.0]]), q, lo, up, "cp")) == 13.0  # above: CP edge 15 − 2
+    assert float(correct(torch.tensor([[15.0]]), q, lo, up, "cp")) == 13.0     # above: CP edge 15 − 2
 
 
 def test_correction_against_brute_force_and_reference_code():
     pred, _, lower, upper, qhat = _data(5, b=40, t=6)
     out = correct(pred, qhat, lower, upper, "cp")
     # reference code (utils/update.py cp_teacher): ŷ>up → max(ŷ−Q̂, up); ŷ<lo → min(ŷ+Q̂, lo)
-    code = torch.where(
-        pred > upper,
-        torch.maximum(pred - qhat, upper),
-        torch.where(pred < lower, torch.minimum(pred + qhat, lower), pred),
-    )
+    code = torch.where(pred > upper, torch.maximum(pred - qhat, upper),
+                       torch.where(pred < lower, torch.minimum(pred + qhat, lower), pred))
     assert torch.equal(out, code)
     # brute force: among candidates in [ŷ−Q̂, ŷ+Q̂] take the one closest to the band, then closest to ŷ
     for i in range(pred.shape[0]):
@@ -170,4 +153,4 @@ def test_infinite_region_reduces_to_projection_and_errors():
 def test_client_property_band_feeds_correction():
     y = torch.rand(20, 24, generator=torch.Generator().manual_seed(0))
     prop: ClientProperty = mine_property(make_template(PropertyConfig(), 24), y)
-    assert validate(y, prop.lower, prop.upper).all()  # the mined band holds on its own data (tight)
+    assert validate(y, prop.lower, prop.upper).all()        # the mined band holds on its own data (tight)

@@ -29,8 +29,8 @@ from tests.fednsl.tasks.numeric.helpers import one_torch_thread  # noqa: F401 (a
 def test_f1_from_counts_is_sklearn_macro_f1(seed):
     rng = np.random.default_rng(seed)
     cells = rng.integers(0, 8, 60)
-    target = rng.random(60) < [0.0, 0.3, 0.5, 1.0, 0.5, 0.2][seed]  # includes all-negative / all-positive y
-    table = rng.random(8) < [0.5, 0.0, 1.0, 0.5, 0.3, 0.7][seed]  # includes all-False / all-True rules
+    target = rng.random(60) < [0.0, 0.3, 0.5, 1.0, 0.5, 0.2][seed]       # includes all-negative / all-positive y
+    table = rng.random(8) < [0.5, 0.0, 1.0, 0.5, 0.3, 0.7][seed]         # includes all-False / all-True rules
     pos, neg = np.bincount(cells[target], minlength=8), np.bincount(cells[~target], minlength=8)
     ours = f1_macro_from_counts(table, pos, neg)
     ref = f1_score(target, table[cells], average="macro", zero_division=0)
@@ -39,7 +39,7 @@ def test_f1_from_counts_is_sklearn_macro_f1(seed):
 
 def test_terms_and_joins_as_truth_tables():
     bits = cell_bits(3)
-    t = term_table([0], [2], 3)  # c0 ∧ ¬c2
+    t = term_table([0], [2], 3)                                           # c0 ∧ ¬c2
     np.testing.assert_array_equal(t, bits[:, 0] & ~bits[:, 2])
     u = term_table([1], [], 3)
     np.testing.assert_array_equal(join([t, u], "OR"), t | u)
@@ -51,8 +51,8 @@ def test_concept_space_and_readable_rules():
     space = ConceptSpace.from_raw([4.0, 8.0], center=[0.0, 0.0], scale=1.0)
     x = np.array([[5.0, 1.0], [9.0, 9.0]])
     np.testing.assert_array_equal(space.boolean(x), space.fuzzy(x, 0.1) > 0.5)
-    assert space.realizable().sum() == 9  # 3 intervals per feature
-    rule = term_table([0], [1], space.size)  # x1 > 4 ∧ ¬(x1 > 8)
+    assert space.realizable().sum() == 9                                   # 3 intervals per feature
+    rule = term_table([0], [1], space.size)                                # x1 > 4 ∧ ¬(x1 > 8)
     assert to_dnf(rule, space, [4.0, 8.0]) == "(x1>4 & x1<=8)"
     assert to_dnf(join([rule, term_table([1], [], 4)], "OR"), space, [4.0, 8.0]) == "(x1>4)"
 
@@ -77,29 +77,19 @@ def test_beam_search_keeps_the_best_prefix_not_the_full_sequence():
 
 def _reply(cid, w, tables, valid, acc, counts):
     k, cells = tables.shape
-    return Message(
-        "train",
-        1,
-        cid,
-        arrays={
-            "w": np.asarray(w, np.float32),
-            "rule_table": tables,
-            "rule_valid": np.asarray(valid),
-            "rule_acc": np.asarray(acc, float),
-            "rule_or": np.zeros(k, bool),
-            "cell_counts": counts,
-        },
-        metrics={"num_examples": 10, "train_loss": 0.0, "model_acc": 0.9},
-    )
+    return Message("train", 1, cid, arrays={"w": np.asarray(w, np.float32), "rule_table": tables,
+                                            "rule_valid": np.asarray(valid), "rule_acc": np.asarray(acc, float),
+                                            "rule_or": np.zeros(k, bool), "cell_counts": counts},
+                   metrics={"num_examples": 10, "train_loss": 0.0, "model_acc": 0.9})
 
 
 def test_rule_weighted_aggregation_by_hand():
     data = NumericDataConfig()
-    cfg = LRXFLConfig(concept_thresholds=[10.0])  # 2 concepts → 4 cells
+    cfg = LRXFLConfig(concept_thresholds=[10.0])        # 2 concepts → 4 cells
     space = ConceptSpace.from_raw(cfg.concept_thresholds, data.input_center, data.input_scale)
     strat = LRXFLStrategy({"w": np.zeros(2, np.float32)}, cfg, data, space)
     counts = np.zeros((4, 3))
-    counts[0, 2], counts[1, 1], counts[3, 0] = 5, 5, 5  # class k lives in one cell each
+    counts[0, 2], counts[1, 1], counts[3, 0] = 5, 5, 5                   # class k lives in one cell each
     t = np.zeros((3, 4), bool)
     t[0, 3], t[1, 1] = True, True
     # class 0: both clients hold the same correct rule → both engaged; class 1: only c1 has a rule;
@@ -111,12 +101,8 @@ def test_rule_weighted_aggregation_by_hand():
     assert out["agg_weight_c1"] == pytest.approx(0.6)
     assert strat.global_rules[0]["f1"] == pytest.approx(1.0) and strat.global_rules[2]["table"] is None
     # "small" engagement: only the best holder of the class-0 rule (c1, 0.9) → c1 = 3, c2 = 1
-    strat = LRXFLStrategy(
-        {"w": np.zeros(2, np.float32)},
-        LRXFLConfig(concept_thresholds=[10.0], user_engagement_scale="small"),
-        data,
-        space,
-    )
+    strat = LRXFLStrategy({"w": np.zeros(2, np.float32)}, LRXFLConfig(concept_thresholds=[10.0],
+                                                                      user_engagement_scale="small"), data, space)
     strat.aggregate_train(1, {"c1": r1, "c2": r2}, {})
     np.testing.assert_allclose(strat.weights["w"], [3 / 4, 1 / 4], rtol=1e-6)
 
@@ -125,7 +111,7 @@ def test_local_explanation_recovers_a_clean_rule():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     bools = rng.random((300, 3)) < 0.5
-    y = np.where(bools[:, 0] & ~bools[:, 1], 1, 0)  # class 1 ⇔ c0 ∧ ¬c1
+    y = np.where(bools[:, 0] & ~bools[:, 1], 1, 0)                      # class 1 ⇔ c0 ∧ ¬c1
     model = make_len(3, 2, hidden=10, temperature=0.7, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     x, yt = torch.from_numpy(bools.astype(np.float32)), torch.from_numpy(y)

@@ -25,7 +25,7 @@ def problem(seed=0):
 
 
 def grad(w, a, b):
-    return a.T @ (a @ w - b) / len(b)  # ∇ ½ mean((Aw − b)²)
+    return a.T @ (a @ w - b) / len(b)      # ∇ ½ mean((Aw − b)²)
 
 
 def test_first_order_step():

@@ -33,12 +33,12 @@ def test_global_copy_step_is_the_hand_derived_kl_gradient_step():
     c = zeta / n_batches
     for m_q, r_q, m_v, r_v in zip(mq, rq, mv, rv):
         s_q, s_v = bnn.sigma(r_q).detach(), bnn.sigma(r_v).detach()
-        d_mu = c * (m_v.detach() - m_q.detach()) / s_v**2
-        d_sigma = c * (1 / s_v - (s_q**2 + (m_q.detach() - m_v.detach()) ** 2) / s_v**3)
-        d_rho = d_sigma * torch.sigmoid(r_v.detach())  # dσ/dρ of softplus
+        d_mu = c * (m_v.detach() - m_q.detach()) / s_v ** 2
+        d_sigma = c * (1 / s_v - (s_q ** 2 + (m_q.detach() - m_v.detach()) ** 2) / s_v ** 3)
+        d_rho = d_sigma * torch.sigmoid(r_v.detach())                  # dσ/dρ of softplus
         np.testing.assert_allclose(m_v.grad.numpy(), d_mu.numpy(), rtol=1e-10)
         np.testing.assert_allclose(r_v.grad.numpy(), d_rho.numpy(), rtol=1e-10)
-        assert m_q.grad is None and r_q.grad is None  # q_i is held fixed
+        assert m_q.grad is None and r_q.grad is None                   # q_i is held fixed
         # one SGD step moves v's mean towards q's
         new = m_v.detach() - lr * m_v.grad
         assert torch.all((new - m_q.detach()).abs() <= (m_v.detach() - m_q.detach()).abs())
@@ -51,8 +51,8 @@ def test_personal_loss_kl_gradient_and_fixed_global():
     loss = personal_loss(logits, y, mq, rq, mv, rv, zeta=10.0, n_batches=20)
     loss.backward()
     s_v = bnn.sigma(rv[0]).detach()
-    np.testing.assert_allclose(mq[0].grad.numpy(), (0.5 * (mq[0] - mv[0]) / s_v**2).detach().numpy(), rtol=1e-10)
-    assert mv[0].grad is None and rv[0].grad is None  # v is held fixed
+    np.testing.assert_allclose(mq[0].grad.numpy(), (0.5 * (mq[0] - mv[0]) / s_v ** 2).detach().numpy(), rtol=1e-10)
+    assert mv[0].grad is None and rv[0].grad is None                   # v is held fixed
     # the likelihood term is a sum (not a mean) over the batch: −Σ log softmax = 2·log 3 for zero logits
     kl = bnn.gaussian_kl(mq, [bnn.sigma(r) for r in rq], mv, [bnn.sigma(r) for r in rv]).item()
     assert loss.item() == pytest.approx(2 * np.log(3) + 0.5 * kl, rel=1e-10)
@@ -63,26 +63,14 @@ def test_client_round_moves_v_towards_q_and_sends_only_the_distribution():
     data = make_numeric_federation(cfg, 0)["c1"]
     init = bnn.init_distribution(2, 8, 3, 0.1, -3.0, seed=0)
     client = PFedBayesClient("c1", data, init, personal_lr=0.01, lr=0.01)
-    msg = Message(
-        "train",
-        1,
-        arrays=init,
-        config={"zeta": 10.0, "local_epochs": 3, "personal_steps": 2, "batch_size": 50, "eps_std": 1.0, "seed": 7},
-    )
+    msg = Message("train", 1, arrays=init, config={"zeta": 10.0, "local_epochs": 3, "personal_steps": 2,
+                                                    "batch_size": 50, "eps_std": 1.0, "seed": 7})
     reply = client.train(msg)
     assert set(reply.arrays) == set(init)
     mu_p = [m.detach() for m in client.mus]
     sig_p = [bnn.sigma(r).detach() for r in client.rhos]
-    before = bnn.gaussian_kl(
-        mu_p,
-        sig_p,
-        [torch.from_numpy(init[f"mu.{n}"]) for n in bnn.LAYERS],
-        [bnn.sigma(torch.from_numpy(init[f"rho.{n}"])) for n in bnn.LAYERS],
-    )
-    after = bnn.gaussian_kl(
-        mu_p,
-        sig_p,
-        [torch.from_numpy(reply.arrays[f"mu.{n}"]) for n in bnn.LAYERS],
-        [bnn.sigma(torch.from_numpy(reply.arrays[f"rho.{n}"])) for n in bnn.LAYERS],
-    )
+    before = bnn.gaussian_kl(mu_p, sig_p, [torch.from_numpy(init[f"mu.{n}"]) for n in bnn.LAYERS],
+                             [bnn.sigma(torch.from_numpy(init[f"rho.{n}"])) for n in bnn.LAYERS])
+    after = bnn.gaussian_kl(mu_p, sig_p, [torch.from_numpy(reply.arrays[f"mu.{n}"]) for n in bnn.LAYERS],
+                            [bnn.sigma(torch.from_numpy(reply.arrays[f"rho.{n}"])) for n in bnn.LAYERS])
     assert after.item() < before.item()

@@ -42,9 +42,8 @@ def test_local_update_matches_a_numpy_reimplementation():
     W0, b0 = model.weight.detach().numpy().astype(np.float64), model.bias.detach().numpy().astype(np.float64)
     R, K, eta, nu, lam, bs = 2, 3, 0.05, 0.1, 4.0, 5
     batches = BatchStream(12, bs, torch.Generator().manual_seed(3))
-    w, theta, _ = pfedme_local_update(
-        model, torch.from_numpy(x), torch.from_numpy(y), batches, rounds=R, K=K, lr=eta, personal_lr=nu, lamda=lam
-    )
+    w, theta, _ = pfedme_local_update(model, torch.from_numpy(x), torch.from_numpy(y), batches, rounds=R, K=K,
+                                      lr=eta, personal_lr=nu, lamda=lam)
     ref = BatchStream(12, bs, torch.Generator().manual_seed(3))
     wW, wb, tW, tb = W0.copy(), b0.copy(), W0.copy(), b0.copy()
     for _ in range(R):
@@ -56,28 +55,16 @@ def test_local_update_matches_a_numpy_reimplementation():
     np.testing.assert_allclose(w[0].numpy(), wW, atol=1e-5)
     np.testing.assert_allclose(w[1].numpy(), wb, atol=1e-5)
     np.testing.assert_allclose(theta[0].numpy(), tW, atol=1e-5)
-    np.testing.assert_allclose(model.weight.detach().numpy(), tW, atol=1e-5)  # the model keeps θ̂ (deployed)
+    np.testing.assert_allclose(model.weight.detach().numpy(), tW, atol=1e-5)   # the model keeps θ̂ (deployed)
 
 
 @pytest.mark.parametrize("beta", [1.0, 2.0, 0.5])
 def test_server_step_is_beta_interpolation(beta):
     s = NumericWeightsStrategy({"w": np.zeros(2, np.float32)}, {}, NumericDataConfig(), server_lr=beta)
-    replies = {
-        "a": Message(
-            "train",
-            1,
-            "a",
-            arrays={"w": np.array([1.0, 2.0], np.float32)},
-            metrics={"num_examples": 1, "train_loss": 0.0},
-        ),
-        "b": Message(
-            "train",
-            1,
-            "b",
-            arrays={"w": np.array([4.0, -1.0], np.float32)},
-            metrics={"num_examples": 3, "train_loss": 0.0},
-        ),
-    }
+    replies = {"a": Message("train", 1, "a", arrays={"w": np.array([1.0, 2.0], np.float32)},
+                            metrics={"num_examples": 1, "train_loss": 0.0}),
+               "b": Message("train", 1, "b", arrays={"w": np.array([4.0, -1.0], np.float32)},
+                            metrics={"num_examples": 3, "train_loss": 0.0})}
     s.aggregate_train(1, replies, {})
     avg = (np.array([1.0, 2.0]) + 3 * np.array([4.0, -1.0])) / 4
     np.testing.assert_allclose(s.weights["w"], (1 - beta) * 0 + beta * avg, rtol=1e-6)

@@ -19,35 +19,18 @@ TPL = make_template(PropertyConfig(width=1), 3)
 
 
 def _np(m):
-    return (
-        m.body.weight.detach().double().numpy(),
-        m.head.weight.detach().double().numpy(),
-        m.head.bias.detach().double().numpy(),
-    )
+    return (m.body.weight.detach().double().numpy(), m.head.weight.detach().double().numpy(),
+            m.head.bias.detach().double().numpy())
 
 
 def _xy(seed=0):
     d = series(seed=seed)
-    return (
-        torch.from_numpy(d.x_train),
-        torch.from_numpy(d.y_train),
-        d.x_train.astype(np.float64),
-        d.y_train.astype(np.float64),
-    )
+    return torch.from_numpy(d.x_train), torch.from_numpy(d.y_train), d.x_train.astype(np.float64), d.y_train.astype(np.float64)
 
 
 def _cfg(**kw):
-    return {
-        "lr": LR,
-        "momentum": 0.0,
-        "weight_decay": 0.0,
-        "batch_size": 64,
-        "local_epochs": 2,
-        "max_batches": None,
-        "grad_clip": None,
-        "seed": 1,
-        **kw,
-    }
+    return {"lr": LR, "momentum": 0.0, "weight_decay": 0.0, "batch_size": 64, "local_epochs": 2,
+            "max_batches": None, "grad_clip": None, "seed": 1, **kw}
 
 
 def test_fedprox_proximal_gradient_by_hand():
@@ -67,11 +50,8 @@ def test_fedprox_proximal_gradient_by_hand():
     np.testing.assert_allclose(out["head.weight"], A, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(out["head.bias"], c, rtol=1e-4, atol=1e-6)
     # μ = 0 (FedAvg) differs after two steps
-    plain = (
-        TSFedAvgClient("c", series(), LinearForecaster(5, 3), TPL)
-        .train(Message("train", 1, arrays=get_weights(LinearForecaster(5, 3)), config=_cfg()))
-        .arrays
-    )
+    plain = TSFedAvgClient("c", series(), LinearForecaster(5, 3), TPL).train(
+        Message("train", 1, arrays=get_weights(LinearForecaster(5, 3)), config=_cfg())).arrays
     assert not np.allclose(plain["head.weight"], out["head.weight"])
 
 
@@ -83,9 +63,8 @@ def test_ditto_personal_step_by_hand():
     personal0 = LinearForecaster(5, 3, seed=2)
     client.personal = get_weights(personal0)
     lam = 2.0
-    reply = client.train(
-        Message("train", 1, arrays=get_weights(glob), config=_cfg(lam=lam, personal_epochs=1, local_epochs=1))
-    )
+    reply = client.train(Message("train", 1, arrays=get_weights(glob), config=_cfg(lam=lam, personal_epochs=1,
+                                                                                   local_epochs=1)))
     Bw, Aw, cw = _np(glob)
     B, A, c = _np(personal0)
     gB, gA, gc = linear_grads(B, A, c, X, Y)
@@ -113,8 +92,8 @@ def test_fedrep_head_then_body_by_hand():
     B0, A0, c0 = _np(m)
     fedrep_update(m, x, y, head_epochs=1, body_epochs=1, gen=torch.Generator().manual_seed(0), batch_size=64, lr=LR)
     _, gA, gc = linear_grads(B0, A0, c0, X, Y)
-    A1, c1 = A0 - LR * gA, c0 - LR * gc  # head step, body frozen
-    gB, _, _ = linear_grads(B0, A1, c1, X, Y)  # body step with the *new* head, head frozen
+    A1, c1 = A0 - LR * gA, c0 - LR * gc          # head step, body frozen
+    gB, _, _ = linear_grads(B0, A1, c1, X, Y)    # body step with the *new* head, head frozen
     B1 = B0 - LR * gB
     B, A, c = _np(m)
     np.testing.assert_allclose(A, A1, rtol=1e-4, atol=1e-6)
@@ -150,7 +129,7 @@ def test_ifca_selects_lowest_loss_cluster():
     x = torch.zeros(4, 5)
     y = torch.full((4, 3), 0.7)
     models = [_Const(0.0), _Const(1.0), _Const(0.65), _Const(0.8)]
-    assert ifca_select(models, x, y) == 2  # losses 0.49, 0.09, 0.0025, 0.01
+    assert ifca_select(models, x, y) == 2           # losses 0.49, 0.09, 0.0025, 0.01
     assert ifca_select([_Const(0.5), _Const(0.9)], x, y) == 0  # tie (both 0.2 away) → lowest index
     assert ifca_select([_Const(2.0), _Const(0.1), _Const(0.65)], x, y) == 2
 
@@ -168,33 +147,22 @@ def test_ifca_client_and_server_round_by_hand():
         far.head.bias.add_(10.0)
     models = [get_weights(far), get_weights(good)]
     client = TSIFCAClient("c", data, m, TPL)
-    reply = client.train(
-        Message(
-            "train", 1, arrays=pack_models(models), config=_cfg(num_clusters=2, selection_split="train", local_epochs=1)
-        )
-    )
+    reply = client.train(Message("train", 1, arrays=pack_models(models),
+                                 config=_cfg(num_clusters=2, selection_split="train", local_epochs=1)))
     assert int(reply.arrays["cluster"][0]) == 1
     cfg = TSIFCAConfig(num_clusters=2, local_epochs=1)
     server = TSIFCAStrategy(models, cfg, rounds=3)
     validate(reply, server.reply_schema("train"))
-    other = Message(
-        "train",
-        1,
-        "d",
-        arrays={**{k: v + 1 for k, v in reply.arrays.items() if k != "cluster"}, "cluster": np.array([1])},
-        metrics={"num_examples": 18, "train_loss": 0.0},
-    )
+    other = Message("train", 1, "d", arrays={**{k: v + 1 for k, v in reply.arrays.items() if k != "cluster"},
+                                            "cluster": np.array([1])}, metrics={"num_examples": 18, "train_loss": 0.0})
     server.aggregate_train(1, {"c": reply, "d": other}, {})
     n_c = reply.metrics["num_examples"]
     for k in models[0]:
         exp = (n_c * reply.arrays[k] + 18 * (reply.arrays[k] + 1)) / (n_c + 18)
         np.testing.assert_allclose(server.models[1][k], exp, rtol=1e-6)
         np.testing.assert_array_equal(server.models[0][k], models[0][k])  # nobody chose cluster 0
-    ev = client.evaluate(
-        Message(
-            "evaluate", 2, arrays=pack_models(server.models), config={"num_clusters": 2, "split": "test", "seed": 0}
-        )
-    )
+    ev = client.evaluate(Message("evaluate", 2, arrays=pack_models(server.models),
+                                 config={"num_clusters": 2, "split": "test", "seed": 0}))
     assert ev.metrics["cluster"] == 1 and "s_mse" in ev.metrics
 
 
@@ -203,14 +171,8 @@ def test_average_strategy_weighted_mean_and_final_round():
     s = TSAverageStrategy({"w": np.zeros(2, np.float32)}, cfg, rounds=4, extra_config={"mu": 0.1})
     msg = s.configure_train(1, ["a", "b"])
     assert msg.config["mu"] == 0.1 and msg.config["lr"] == cfg.lr
-    r = {
-        "a": Message(
-            "train", 1, "a", arrays={"w": np.array([1, 2], np.float32)}, metrics={"num_examples": 1, "train_loss": 1.0}
-        ),
-        "b": Message(
-            "train", 1, "b", arrays={"w": np.array([5, 6], np.float32)}, metrics={"num_examples": 3, "train_loss": 3.0}
-        ),
-    }
+    r = {"a": Message("train", 1, "a", arrays={"w": np.array([1, 2], np.float32)}, metrics={"num_examples": 1, "train_loss": 1.0}),
+         "b": Message("train", 1, "b", arrays={"w": np.array([5, 6], np.float32)}, metrics={"num_examples": 3, "train_loss": 3.0})}
     m = s.aggregate_train(1, r, {})
     np.testing.assert_allclose(s.weights["w"], [4.0, 5.0])
     assert m["train_loss"] == pytest.approx(2.5)
@@ -223,23 +185,14 @@ def test_lp_term_pulls_forecasts_into_the_band():
     """Eq. 2: with λ > 0 the trained forecasts violate φ_i less than with λ = 0 (same seeds)."""
     from fednsl.tasks.timeseries.federated import ForecastClient
     from fednsl.tasks.timeseries.properties import property_loss
-
     d = series(n=12)
     x, y = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
     out = {}
     for lam in (0.0, 5.0):
         m = LinearForecaster(5, 3)
         c = ForecastClient("c", d, m, TPL)
-        sgd_epochs(
-            m,
-            x,
-            y,
-            epochs=30,
-            batch_size=4,
-            lr=0.05,
-            gen=torch.Generator().manual_seed(0),
-            objective=c.objective(lam=lam, lp="l1"),
-        )
+        sgd_epochs(m, x, y, epochs=30, batch_size=4, lr=0.05, gen=torch.Generator().manual_seed(0),
+                   objective=c.objective(lam=lam, lp="l1"))
         out[lam] = float(property_loss(m(x).detach(), c.prop, "l1"))
     assert out[5.0] < out[0.0]
 

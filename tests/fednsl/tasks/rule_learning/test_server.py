@@ -18,18 +18,8 @@ from fednsl.federation.roles import Metrics, Stage
 from fednsl.tasks.rule_learning import GLOBAL, GeneratorOptions, Learner, Proposal, RuleLearningStrategy, Stats
 
 R = 2
-SMALL = {
-    "d_model": 16,
-    "nhead": 2,
-    "num_encoder_layers": 1,
-    "num_decoder_layers": 1,
-    "dim_feedforward": 16,
-    "pretrain_epochs": 1,
-    "epochs": 1,
-    "samples_per_epoch": 64,
-    "batch_size": 16,
-    "type_constraints": False,
-}
+SMALL = {"d_model": 16, "nhead": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "dim_feedforward": 16,
+         "pretrain_epochs": 1, "epochs": 1, "samples_per_epoch": 64, "batch_size": 16, "type_constraints": False}
 
 
 @dataclass
@@ -77,13 +67,9 @@ class Toy(RuleLearningStrategy):
         return {}
 
     def train_schema(self) -> Schema:
-        return Schema(
-            arrays=(
-                ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
-                ArraySpec("mask", "mask", "bool", ("T", "J")),
-                ArraySpec("instances", "counts", "int", ("T",)),
-            )
-        )
+        return Schema(arrays=(ArraySpec("posterior", "distribution", "float", ("T", "J"), mask="mask"),
+                              ArraySpec("mask", "mask", "bool", ("T", "J")),
+                              ArraySpec("instances", "counts", "int", ("T",))))
 
     def evaluate_stage(self) -> Stage:
         return Stage("evaluate", lambda rnd, c: Message("evaluate", rnd), lambda rnd, r, f: {}, reply=Schema())
@@ -98,11 +84,8 @@ def stats(*rows: tuple[int, tuple[int, ...]]) -> Message:
 
 
 def reply(post: list[list[float]], mask: list[list[bool]], n: list[int]) -> Message:
-    return Message(
-        "train",
-        1,
-        arrays={"posterior": np.array(post), "mask": np.array(mask), "instances": np.array(n, dtype=np.int64)},
-    )
+    return Message("train", 1, arrays={"posterior": np.array(post), "mask": np.array(mask),
+                                       "instances": np.array(n, dtype=np.int64)})
 
 
 def started(local_only: bool = False) -> Toy:
@@ -124,14 +107,8 @@ def test_update_is_the_instance_weighted_mean_mixed_into_the_pool() -> None:
     assert Proposal.from_arrays(p.arrays).keys() == [(0, 0, 0), (1, 0, 0)]
     before = s.learners[GLOBAL].pool.distributions()
     qa = [[0.2, 0.8], [0.0, 0.0]]
-    m = s.aggregate_train(
-        1,
-        {
-            "a": reply(qa, [[True, True], [False, False]], [1, 0]),
-            "b": reply([[0.3, 0.3], [0.0, 0.0]], [[True, True], [False, False]], [3, 0]),
-        },
-        {},
-    )
+    m = s.aggregate_train(1, {"a": reply(qa, [[True, True], [False, False]], [1, 0]),
+                              "b": reply([[0.3, 0.3], [0.0, 0.0]], [[True, True], [False, False]], [3, 0])}, {})
     # b's row is renormalised over the bodies sent (0.3, 0.3 → ½, ½); weights 1 and 3
     mean = (1 * np.array(qa[0]) + 3 * np.array([0.5, 0.5])) / 4
     assert m["heads_updated"] == 1 and m["heads_without_owner"] == 1
@@ -173,8 +150,7 @@ def test_local_only_keeps_one_learner_per_client_with_its_own_pool_and_seeds() -
     assert s.learners["a"].purpose("sample") == "sample:a"
     msgs = s.configure_train(1, ["a", "b"])
     assert msgs["a"].arrays["bodies"].shape != msgs["b"].arrays["bodies"].shape or not np.array_equal(
-        msgs["a"].arrays["bodies"], msgs["b"].arrays["bodies"]
-    )
+        msgs["a"].arrays["bodies"], msgs["b"].arrays["bodies"])
 
 
 def test_a_checkpoint_restores_pools_proposals_and_the_generator() -> None:

@@ -16,9 +16,8 @@ TINY_MODEL = {"name": "rnn", "hidden": 4, "layers": 1}
 
 def tiny_config(method: str, rounds: int = 2, seed: int = 0, **kwargs) -> RunConfig:
     mk = {"model": dict(TINY_MODEL), "local_epochs": 1, "lr": 0.05, "momentum": 0.0, **kwargs}
-    return RunConfig(
-        method=method, rounds=rounds, seed=seed, method_kwargs=mk, data=dict(TINY_DATA), federation={"fraction": 0.5}
-    )
+    return RunConfig(method=method, rounds=rounds, seed=seed, method_kwargs=mk, data=dict(TINY_DATA),
+                     federation={"fraction": 0.5})
 
 
 class LinearForecaster(Forecaster):

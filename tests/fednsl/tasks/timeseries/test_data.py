@@ -18,7 +18,7 @@ from fednsl.tasks.timeseries.data import (
 def test_make_windows_matches_loop():
     s = np.arange(100, dtype=np.float64)
     x, y = make_windows(s, input_len=10, horizon=4, stride=7, start=3)
-    ref = [(s[t : t + 10], s[t + 10 : t + 14]) for t in range(3, 100 - 14 + 1, 7)]
+    ref = [(s[t:t + 10], s[t + 10:t + 14]) for t in range(3, 100 - 14 + 1, 7)]
     assert x.shape == (len(ref), 10) and y.shape == (len(ref), 4)
     for j, (rx, ry) in enumerate(ref):
         np.testing.assert_array_equal(x[j], rx)
@@ -62,9 +62,7 @@ def test_synthetic_is_seeded_and_lies_in_its_known_band():
             assert np.all(y >= lo - 1e-6) and np.all(y <= up + 1e-6)
         assert np.all(lo <= up)
     # different groups have different daily shapes: peak hour of the band centre
-    peaks = {
-        a.clients[k].meta["group"]: int(np.argmax(a.clients[k].meta["band_upper"])) for k in ("s0", "s1", "s2", "s3")
-    }
+    peaks = {a.clients[k].meta["group"]: int(np.argmax(a.clients[k].meta["band_upper"])) for k in ("s0", "s1", "s2", "s3")}
     assert len(set(peaks.values())) == 4
 
 
@@ -79,31 +77,18 @@ def test_config_errors_are_clear():
 
 def test_split_series_into_clients_by_day_blocks():
     s = np.arange(10 * PERIOD, dtype=np.float64)
-    cfg = TSDataConfig(
-        name="seattle_temps",
-        input_len=48,
-        horizon=24,
-        days_per_client=4,
-        normalise="none",
-        val_frac=0.0,
-        test_frac=0.25,
-    )
+    cfg = TSDataConfig(name="seattle_temps", input_len=48, horizon=24, days_per_client=4, normalise="none",
+                       val_frac=0.0, test_frac=0.25)
     clients = split_series_into_clients({"a": s, "b": s + 1000}, cfg)
     assert sorted(clients) == ["a-b00", "a-b01", "b-b00", "b-b01"]  # 10 days → 2 blocks of 4 (2 days dropped)
     c = clients["a-b01"]
-    block = s[4 * PERIOD : 8 * PERIOD]
+    block = s[4 * PERIOD:8 * PERIOD]
     x, y = make_windows(block, 48, 24, PERIOD)
     np.testing.assert_array_equal(np.concatenate([c.x_train, c.x_test]), x)
     np.testing.assert_array_equal(np.concatenate([c.y_train, c.y_test]), y)
     assert c.meta == {"series": "a", "block": 1, "first_day": 4}
-    assert (
-        len(
-            split_series_into_clients(
-                {"a": s}, TSDataConfig(name="sf_temps", input_len=48, days_per_client=6, num_clients=1)
-            )
-        )
-        == 1
-    )
+    assert len(split_series_into_clients({"a": s}, TSDataConfig(name="sf_temps", input_len=48, days_per_client=6,
+                                                                num_clients=1))) == 1
 
 
 def test_packaged_series_shapes():

@@ -28,11 +28,7 @@ def test_paper_splits():
     rnn = build_forecaster({"name": "lstm"}, 120, 24, 0)
     assert all(k.startswith("rnn.") for k in rnn.shared_keys()) and rnn.head_keys() == ["head.weight", "head.bias"]
     tf = build_forecaster({"name": "transformer"}, 120, 24, 0)
-    assert {k.split(".")[0] for k in tf.shared_keys()} == {
-        "encoder_input_layer",
-        "decoder_input_layer",
-        "linear_mapping",
-    }
+    assert {k.split(".")[0] for k in tf.shared_keys()} == {"encoder_input_layer", "decoder_input_layer", "linear_mapping"}
     assert {k.split(".")[0] for k in tf.head_keys()} == {"encoder", "decoder"}
     custom = build_forecaster({"name": "transformer", "shared": ["encoder", "linear_mapping"]}, 120, 24, 0)
     assert {k.split(".")[0] for k in custom.shared_keys()} == {"encoder", "linear_mapping"}
@@ -48,7 +44,7 @@ def test_recurrent_step_inputs_end_one_day_before_target():
     u = m.step_inputs(x)  # W = 7
     assert u.shape == (2, 3, 7)
     for t in range(3):
-        torch.testing.assert_close(u[:, t], x[:, t + 1 : t + 8])
+        torch.testing.assert_close(u[:, t], x[:, t + 1:t + 8])
         assert int(u[0, t, -1]) == 10 + t - 3  # last seen hour = target hour - H
 
 
@@ -69,7 +65,7 @@ def test_weights_roundtrip_and_errors():
 def test_default_init_ranges():
     m = build_forecaster({"name": "rnn", "hidden": 16}, 120, 24, 0)
     assert float(m.rnn.weight_ih_l0.detach().abs().max()) <= 1 / 4 + 1e-6  # U(±1/√hidden)
-    assert float(m.head.weight.detach().abs().max()) <= 1 / 4 + 1e-6  # U(±1/√fan_in)
+    assert float(m.head.weight.detach().abs().max()) <= 1 / 4 + 1e-6       # U(±1/√fan_in)
     tf = build_forecaster({"name": "transformer"}, 120, 24, 0)
     attn = tf.encoder.layers[0].self_attn
     assert float(attn.in_proj_bias.detach().abs().max()) == 0.0
@@ -88,22 +84,9 @@ def test_transformer_trains_under_the_configs_sgd(d_model):
     noise = 0.02 * torch.randn(40, 48, generator=torch.Generator().manual_seed(0))
     x = torch.stack([day[i : i + 48] for i in range(40)]) + noise
     y = torch.stack([day[i + 48 : i + 60] for i in range(40)])
-    m = build_forecaster(
-        {"name": "transformer", "d_model": d_model, "ff": 32, "enc_layers": 1, "dec_layers": 1}, 48, 12, 0
-    )
-    losses = [
-        sgd_epochs(
-            m,
-            x,
-            y,
-            epochs=1,
-            batch_size=64,
-            lr=0.1,
-            momentum=0.9,
-            weight_decay=1e-4,
-            gen=torch.Generator().manual_seed(1),
-        )
-        for _ in range(10)
-    ]
+    m = build_forecaster({"name": "transformer", "d_model": d_model, "ff": 32, "enc_layers": 1, "dec_layers": 1},
+                         48, 12, 0)
+    losses = [sgd_epochs(m, x, y, epochs=1, batch_size=64, lr=0.1, momentum=0.9, weight_decay=1e-4,
+                         gen=torch.Generator().manual_seed(1)) for _ in range(10)]
     assert all(math.isfinite(v) for v in losses)
     assert max(losses[1:]) < losses[0] and losses[-1] < 0.15

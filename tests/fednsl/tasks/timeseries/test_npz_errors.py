@@ -11,14 +11,8 @@ from click.testing import CliRunner
 from fednsl.cli.main import cli
 from fednsl.tasks.timeseries.data import TSDataConfig, load_fhwa
 
-SHAPES = {
-    "train_x": (3, 8, 24),
-    "train_y": (3, 8, 6),
-    "val_x": (3, 3, 24),
-    "val_y": (3, 3, 6),
-    "test_x": (3, 3, 24),
-    "test_y": (3, 3, 6),
-}
+SHAPES = {"train_x": (3, 8, 24), "train_y": (3, 8, 6), "val_x": (3, 3, 24), "val_y": (3, 3, 6),
+          "test_x": (3, 3, 24), "test_y": (3, 3, 6)}
 
 
 def arrays(seed: int = 0) -> dict[str, np.ndarray]:
@@ -41,14 +35,11 @@ def test_clean_file_loads(tmp_path: Path) -> None:
     assert len(data.clients) == 3 and all(np.isfinite(c.x_train).all() for c in data.clients.values())
 
 
-@pytest.mark.parametrize(
-    "key, value, expected",
-    [
-        ("val_x", np.nan, "client 'f1', array 'val_x', window 2, step 5 is nan"),
-        ("train_y", np.inf, "client 'f1', array 'train_y', window 2, step 5 is inf"),
-        ("test_x", -np.inf, "client 'f1', array 'test_x', window 2, step 5 is -inf"),
-    ],
-)
+@pytest.mark.parametrize("key, value, expected", [
+    ("val_x", np.nan, "client 'f1', array 'val_x', window 2, step 5 is nan"),
+    ("train_y", np.inf, "client 'f1', array 'train_y', window 2, step 5 is inf"),
+    ("test_x", -np.inf, "client 'f1', array 'test_x', window 2, step 5 is -inf"),
+])
 def test_one_non_finite_value_stops_naming_client_array_window_step(tmp_path, key, value, expected) -> None:
     arrs = arrays()
     arrs[key][1, 2, 5] = value
@@ -76,18 +67,15 @@ def test_non_finite_value_beyond_the_used_clients_is_ignored(tmp_path: Path) -> 
     assert len(load(write(tmp_path, arrs), num_clients=2).clients) == 2
 
 
-@pytest.mark.parametrize(
-    "change, expected",
-    [
-        (lambda a: a.update(train_x=a["train_x"][0]), "array 'train_x' has shape (8, 24); expected 3-D"),
-        (lambda a: a.update(val_y=a["val_y"][:2]), "disagree on the number of clients"),
-        (lambda a: a.update(test_y=a["test_y"][:, :2]), "test_x has 3 windows but test_y has 2"),
-        (lambda a: a.update(val_x=a["val_x"][:, :0], val_y=a["val_y"][:, :0]), "expected at least one window"),
-        (lambda a: a.update(val_x=a["val_x"][:, :, :20]), "disagree on the window length"),
-        (lambda a: a.update(train_y=np.array([["a"] * 6] * 8 * 3).reshape(3, 8, 6)), "has dtype <U1; expected numbers"),
-        (lambda a: a.pop("test_y"), "missing arrays ['test_y']"),
-    ],
-)
+@pytest.mark.parametrize("change, expected", [
+    (lambda a: a.update(train_x=a["train_x"][0]), "array 'train_x' has shape (8, 24); expected 3-D"),
+    (lambda a: a.update(val_y=a["val_y"][:2]), "disagree on the number of clients"),
+    (lambda a: a.update(test_y=a["test_y"][:, :2]), "test_x has 3 windows but test_y has 2"),
+    (lambda a: a.update(val_x=a["val_x"][:, :0], val_y=a["val_y"][:, :0]), "expected at least one window"),
+    (lambda a: a.update(val_x=a["val_x"][:, :, :20]), "disagree on the window length"),
+    (lambda a: a.update(train_y=np.array([["a"] * 6] * 8 * 3).reshape(3, 8, 6)), "has dtype <U1; expected numbers"),
+    (lambda a: a.pop("test_y"), "missing arrays ['test_y']"),
+])
 def test_malformed_layouts_name_the_file_and_array(tmp_path: Path, change, expected) -> None:
     arrs = arrays()
     change(arrs)
@@ -115,34 +103,15 @@ def test_truncated_and_not_a_zip(tmp_path: Path) -> None:
     other.write_text("hello, not a zip")
     with pytest.raises(ValueError) as err:
         load(other)
-    assert str(err.value).startswith(f"{other}: not an .npz archive") and "expected a zip of .npy arrays" in str(
-        err.value
-    )
+    assert str(err.value).startswith(f"{other}: not an .npz archive") and "expected a zip of .npy arrays" in str(err.value)
 
 
 def test_cli_train_on_a_nan_file_exits_2_naming_the_client(tmp_path: Path) -> None:
     arrs = arrays()
     arrs["train_x"][0, 1, 3] = np.nan
     path = write(tmp_path, arrs)
-    res = CliRunner().invoke(
-        cli,
-        [
-            "train",
-            "logicp_synthetic",
-            "--set",
-            "data.name=fhwa",
-            "--set",
-            f"data.path={path}",
-            "--set",
-            "data.input_len=24",
-            "--set",
-            "data.horizon=6",
-            "--set",
-            "rounds=1",
-            "--out",
-            str(tmp_path / "run"),
-            "--quiet",
-        ],
-    )
+    res = CliRunner().invoke(cli, ["train", "logicp_synthetic", "--set", "data.name=fhwa", "--set", f"data.path={path}",
+                                   "--set", "data.input_len=24", "--set", "data.horizon=6", "--set", "rounds=1",
+                                   "--out", str(tmp_path / "run"), "--quiet"])
     assert res.exit_code == 2, res.output
     assert "client 'f0', array 'train_x', window 1, step 3 is nan" in res.output and "Traceback" not in res.output

@@ -20,7 +20,7 @@ def _prop(seed=0, n=30):
 def test_operational_range_band_is_window_extremes():
     y, prop = _prop()
     for k in range(12):
-        w = y[:, 2 * k : 2 * k + 2]
+        w = y[:, 2 * k:2 * k + 2]
         assert float(prop.upper[2 * k]) == pytest.approx(float(w.max()))
         assert float(prop.lower[2 * k + 1]) == pytest.approx(float(w.min()))
     assert bool(prop.satisfied(y).all())  # tight bounds hold on the mining data
@@ -43,15 +43,9 @@ def test_lp_l1_is_per_step_violation_from_stl_robustness():
     _, prop = _prop()
     pred = torch.rand(7, 24, generator=torch.Generator().manual_seed(2)) * 1.4 - 0.2
     f = stl.parse("x <= a and x >= b")
-    per_step = torch.stack(
-        [
-            torch.relu(
-                -stl.robustness(f, pred[:, t : t + 1], {"a": float(prop.upper[t]), "b": float(prop.lower[t])})[:, 0]
-            )
-            for t in range(24)
-        ],
-        dim=1,
-    )
+    per_step = torch.stack([
+        torch.relu(-stl.robustness(f, pred[:, t:t + 1], {"a": float(prop.upper[t]), "b": float(prop.lower[t])})[:, 0])
+        for t in range(24)], dim=1)
     assert float(property_loss(pred, prop, "l1")) == pytest.approx(float(per_step.mean()), rel=1e-5)
     assert float(property_loss(pred, prop, "squared")) == pytest.approx(float(per_step.pow(2).mean()), rel=1e-5)
     g = prop.template.violation(pred[None], prop.params)[0]
