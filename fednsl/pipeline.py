@@ -243,8 +243,13 @@ def _train(
         else:
             log.warning("confidence counts not added: %s", exc)
         counts = None
-    # a fednsl-kg run's rules.json gets its reading order, and rules.tsv is written in it (rules list's order)
-    order = order_rules(run_dir, config, built)
+    # a fednsl-kg run's rules.json gets its reading order, and rules.tsv is written in it (rules list's order),
+    # unless the run's time budget is spent: `fednsl rules counts RUN_DIR` records it later
+    spent, budget = time.perf_counter() - t0, config.time_budget_s
+    skip = ""
+    if budget is not None and spent >= budget:
+        skip = f"time budget spent ({spent:.0f} s of {budget:g} s); `fednsl rules counts RUN_DIR` measures them"
+    order = order_rules(run_dir, config, built, skip=skip)
     with writing(run_dir / "plots"):
         plot_run(run_dir, result.rows, title=f"{config.name} ({config.method})")
     # every plot of the run: the generic metrics.png and the method's own (written when it finalised)

@@ -211,13 +211,14 @@ def auto_choices(run_dir: Path) -> dict[str, bool]:
 
 
 def order_rules(
-    run_dir: Path | str, config: RunConfig, federation: Any = None, *, again: bool = True
+    run_dir: Path | str, config: RunConfig, federation: Any = None, *, again: bool = True, skip: str = ""
 ) -> OrderReport | None:
     """Record the reading order of a fednsl-kg run's rules in ``RUN_DIR/rules.json`` and write rules.tsv in it
     (:func:`rules.reading_order.record_order` on the training triples of :func:`kg_training`); None for runs of
-    other methods and runs without rules. When the training triples cannot be had, the store is left as it is
-    (posterior order) and the report says why (``source`` "unavailable"). Without ``again`` a store that already
-    holds an order is left as it is (``source`` "recorded")."""
+    other methods and runs without rules. When the training triples cannot be had, or ``skip`` gives a reason not
+    to measure (a spent time budget), the store is left as it is (posterior order) and the report says why
+    (``source`` "unavailable"). Without ``again`` a store that already holds an order is left as it is (``source``
+    "recorded")."""
     from rules.reading_order import DEFAULT_THRESHOLD, record_order
     from rules.store import RuleStore
 
@@ -229,6 +230,10 @@ def order_rules(
     report = OrderReport("unavailable", len(store.triples), threshold=DEFAULT_THRESHOLD)
     if not again and store.ranked:
         report.source = "recorded"
+        return report
+    if skip:
+        report.note = skip
+        log.info("%s", report.line())
         return report
     try:
         data = kg_training(config, store, federation, run_dir)

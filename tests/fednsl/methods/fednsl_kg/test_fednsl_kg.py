@@ -518,7 +518,8 @@ def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Pat
     a cut leaves, which the same three report.
     A second round would end past the budget: round 1 is the last of 3 when it counted its rules (``counts:
     every``); with ``counts: last`` round 2 runs as the last, so the rules get counts, and it runs without a time
-    limit (no head cut)."""
+    limit (no head cut). The budget is spent at the end, so the reading order is left out, and ``fednsl rules
+    counts`` records it afterwards."""
     over = [
         *FAST,
         "rounds=3",
@@ -547,6 +548,12 @@ def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Pat
     line = f"c0: the time budget ended training after fewer epochs on {heads} of {heads} heads (a larger time_budget_s"
     assert line in text
     assert f"time budget: round {rounds} is the last of 3 planned" in text
+    # the budget was spent when the rounds ended: the reading order is left to `fednsl rules counts`
+    assert s["rule_order"]["source"] == "unavailable" and "time budget spent" in s["rule_order"]["note"]
+    assert "rules.tsv keeps the posterior order: contributions not measured (time budget spent" in text
+    assert not RuleStore.load(out).ranked
+    _invoke(["rules", "counts", str(out)])
+    assert RuleStore.load(out).ranked
 
 
 def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
