@@ -428,7 +428,7 @@ def counts(run_dir: Path, recount: bool) -> None:
     rules.tsv and `rules export` follow the order of `rules list`.
     """
     from fednsl.config import load_config
-    from fednsl.rule_counts import count_rules, order_rules
+    from fednsl.rule_counts import KG_METHOD, count_rules, order_rules
 
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
@@ -437,15 +437,24 @@ def counts(run_dir: Path, recount: bool) -> None:
         raise BadInput(f"{run_dir / 'rules.json'} not found: not the run of a rule-learning method")
     try:
         config = load_config(str(config_path))
-        report = count_rules(run_dir, config, recount=recount)
+        try:
+            report = count_rules(run_dir, config, recount=recount)
+            line = report.line() if report is not None else ""
+        except ValueError:
+            if config.method != KG_METHOD:
+                raise
+            # fednsl-kg's clients count the rules while training (method_kwargs.counts); its order is still recorded
+            report, line = (
+                None,
+                "confidence counts not added: this run's clients did not count them (method_kwargs.counts)",
+            )
         order = order_rules(run_dir, config, again=recount)
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise BadInput(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from err
-    assert report is not None  # rules.json exists
-    click.echo(report.line())
+    click.echo(line)
     if order is not None:
         click.echo(order.line())
-    if report.source == "computed" or (order is not None and order.source == "computed"):
+    if (report is not None and report.source == "computed") or (order is not None and order.source == "computed"):
         click.echo(f"wrote {run_dir / 'rules.json'} and {run_dir / 'rules.tsv'}")
 
 

@@ -556,6 +556,17 @@ def test_a_time_budget_bounds_the_ways_chosen_among_and_the_rounds(tmp_path: Pat
     assert RuleStore.load(out).ranked
 
 
+def test_rules_counts_records_the_order_a_spent_budget_left_out_without_counts(tmp_path: Path) -> None:
+    """A run without counts (``counts: never``, as the FB15k-237 and WN18RR configs) whose budget is spent leaves
+    the reading order out; ``fednsl rules counts`` then records it, and says that it adds no counts."""
+    out = tmp_path / "never"
+    train(load_config(CONFIG, [*FAST, "rounds=1", "time_budget_s=0.001", "method_kwargs.counts=never"]), out)
+    assert not RuleStore.load(out).ranked
+    text = _invoke(["rules", "counts", str(out)])
+    assert "confidence counts not added: this run's clients did not count them" in text
+    assert "rules.tsv follows that order" in text and RuleStore.load(out).ranked
+
+
 def test_ranking_in_worker_processes_equals_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``predictor.workers: 2`` and an evaluation of MIN_PARALLEL_WORK (query, rule) pairs or more, the test
     relations are ranked in worker processes: the same exact rank sums as one process. A smaller one stays here."""
