@@ -1179,10 +1179,7 @@ def head_shares(work: Sequence[int], processes: int) -> list[float]:
     """Each head's share of the time left when it starts, for heads fitted in this order by ``processes``
     processes: its work over the work still to do from it on, times the processes, at most 1, so heads that end
     early leave their time to later ones and the last heads may take all that is left. A head without work: 1.
-
-    >>> head_shares([30, 10, 10], 1)
-    [0.6, 0.5, 1.0]
-    """
+    E.g. work [30, 10, 10] in one process gives [0.6, 0.5, 1.0]."""
     left = np.cumsum(np.asarray(work, dtype=np.float64)[::-1])[::-1]
     return [1.0 if w <= 0 else min(1.0, processes * w / r) for w, r in zip(work, left.tolist(), strict=True)]
 
