@@ -747,7 +747,8 @@ class RulePredictor:
         """Fit every head one way (paths, with rules with constants), the largest ``work`` first, in the ``pool``'s
         processes when given; the heads are independent (own seed, own model), so the fits equal the one-process
         fits. With a ``deadline`` each head stops training once its :func:`head_shares` share of the time left
-        when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its model, its rules with constants or None)."""
+        when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its
+        model, its rules with constants or None)."""
         order = sorted(range(len(heads)), key=lambda i: -work[i])  # as WorkerPool.map takes them
         shares = head_shares([work[i] for i in order], 1 if pool is None else pool.workers)
         budget: list[tuple[float, float] | None] = [None] * len(heads)

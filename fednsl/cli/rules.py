@@ -444,10 +444,8 @@ def counts(run_dir: Path, recount: bool) -> None:
             if config.method != KG_METHOD:
                 raise
             # fednsl-kg's clients count the rules while training (method_kwargs.counts); its order is still recorded
-            report, line = (
-                None,
-                "confidence counts not added: this run's clients did not count them (method_kwargs.counts)",
-            )
+            report = None
+            line = "confidence counts not added: this run's clients did not count them (method_kwargs.counts)"
         order = order_rules(run_dir, config, again=recount)
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise BadInput(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from err
