@@ -439,17 +439,16 @@ def counts(run_dir: Path, recount: bool) -> None:
         config = load_config(str(config_path))
         try:
             report = count_rules(run_dir, config, recount=recount)
-            line = report.line() if report is not None else ""
         except ValueError:
             if config.method != KG_METHOD:
                 raise
-            # fednsl-kg's clients count the rules while training (method_kwargs.counts); its order is still recorded
+            # fednsl-kg's clients count while training (method_kwargs.counts); its order is still recorded
             report = None
-            line = "confidence counts not added: this run's clients did not count them (method_kwargs.counts)"
         order = order_rules(run_dir, config, again=recount)
     except (ValueError, KeyError, FileNotFoundError) as err:
         raise BadInput(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) from err
-    click.echo(line)
+    no_counts = "confidence counts not added: this run's clients did not count them (method_kwargs.counts)"
+    click.echo(report.line() if report is not None else no_counts)
     if order is not None:
         click.echo(order.line())
     if (report is not None and report.source == "computed") or (order is not None and order.source == "computed"):
