@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kg.grounding.sparse import Paths, SparseGraph
-from rules.identity import Group, equivalences, group_rules
+from rules.identity import THRESHOLD, Group, equivalences, group_rules
 from rules.marginal import Contribution, contributions
 from rules.store.records import RankedRule, RuleRow, Triple
 from rules.workers import spawn_map, workers_pay
@@ -44,8 +44,9 @@ __all__ = [
     "store_equivalences",
 ]
 
-#: relations count as symmetric / inverse when this share of their training facts has the reverse fact
-DEFAULT_THRESHOLD = 0.95
+#: relations count as symmetric / inverse when this share of their training facts (above chance) has the reverse
+#: fact: the one threshold of rules.identity, also the one mining uses
+DEFAULT_THRESHOLD = THRESHOLD
 #: at most this many training facts of a head are walked (sampled with seed 0), as in rules.marginal
 MAX_FACTS = 2000
 #: the ``by`` of a recorded order

@@ -7,7 +7,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rules.reading_order import Training, grouped, record_order, recorded_equivalences, recorded_groups
+from rules.reading_order import (
+    DEFAULT_THRESHOLD,
+    Training,
+    grouped,
+    record_order,
+    recorded_equivalences,
+    recorded_groups,
+)
 from rules.store import RuleStore
 from rules.workers import spawn_map
 
@@ -28,7 +35,7 @@ def test_recorded_order_reads_back_as_measured() -> None:
     store, data = _store_and_training()
     eq = {0: 0, 1: 1, 2: 1, 3: 0, 4: 4}  # ~parent_of = child_of, ~child_of = parent_of
     measured = grouped(store, store.rows(), eq, None, data)
-    assert recorded_equivalences(store, 0.95) is None  # nothing recorded yet
+    assert recorded_equivalences(store, DEFAULT_THRESHOLD) is None  # nothing recorded yet
     done = record_order(store, data)
     assert done["rules"] == 3 and done["training_triples"] == 10 and store.ranked
     assert store.reading_order is not None and store.reading_order["equivalences"] == [0, 1, 1, 0, 4]
@@ -40,7 +47,7 @@ def test_recorded_order_reads_back_as_measured() -> None:
     rows, groups = recorded_groups(store, store.rows(head="child_of"), 1)
     assert [r.rule for r in rows] == ["child_of <- ~parent_of"] and groups[0].variant_rules == ["child_of <- child_of"]
     assert groups[0].of == 2
-    assert recorded_equivalences(store, 0.95) == eq and recorded_equivalences(store, 0.9) is None
+    assert recorded_equivalences(store, DEFAULT_THRESHOLD) == eq and recorded_equivalences(store, 0.9) is None
     again = RuleStore.from_json(store.to_json())
     assert recorded_groups(again, again.rows(), None) == measured
 

@@ -33,7 +33,7 @@ from fednsl.tasks.rule_learning import Proposal, pad_bodies
 from kg.grounding.sparse import SparseGraph
 from kg.linkpred import FilterIndex, RankingMetrics, evaluate_link_prediction
 from kg.triples import KnowledgeGraph
-from rules.identity import canonical_body, equivalences
+from rules.identity import THRESHOLD, canonical_body, equivalences
 from rules.kg_mining import mine_chain_rule_support, rank_heads_bodies
 from rules.kg_predictor import CHOICE_KEYS, PredictorConfig, RulePredictor, counted_paths
 from rules.measures import RuleCounts
@@ -42,11 +42,6 @@ from rules.workers import spawn_map, workers_pay
 
 logger = logging.getLogger(__name__)
 
-#: the share of a relation's training facts whose reverse (or inverse partner's fact) is also a training fact for
-#: mining to treat two tokens as one (``mining.identity``). Lower than :func:`rules.identity.equivalences`'s
-#: .95: a training split holds a share of the facts only (planted KG: 71–78 % of a symmetric relation's facts
-#: have their reverse in train), while an unrelated pair of relations matches almost never.
-IDENTITY_THRESHOLD = 0.6
 
 __all__ = ["FedNSLKGClient", "Scorer", "amie_counts", "mine_forward_rules", "one_per_identity", "type_signature_counts"]
 
@@ -62,7 +57,7 @@ def mine_forward_rules(
     ``pool_by_length`` the pool holds the ``pool_per_head`` best supported bodies of each length),
     ``identity`` (default false: when true, one body per rule identity before the cap — bodies equal up to the
     symmetric and inverse relations measured on ``train`` at ``identity_threshold``, default
-    :data:`IDENTITY_THRESHOLD` (:func:`rules.identity.equivalences`), are one body, :func:`one_per_identity` — so
+    :data:`rules.identity.THRESHOLD` (:func:`rules.identity.equivalences`), are one body, :func:`one_per_identity` — so
     that spellings of one rule do not crowd the cap; a KG without such relations mines exactly as without it),
     ``workers`` (default 1: mine the heads in this many worker processes, the same result: every head samples
     from its own seed) and the keyword arguments of :func:`rules.kg_mining.mine_chain_rule_support`."""
@@ -73,7 +68,7 @@ def mine_forward_rules(
     R = graph.num_relations
     eq = None
     if opts.pop("identity", False):
-        eq = equivalences(train, R, float(opts.pop("identity_threshold", IDENTITY_THRESHOLD)))
+        eq = equivalences(train, R, float(opts.pop("identity_threshold", THRESHOLD)))
     opts.pop("identity_threshold", None)
     job = (graph, train, max_len, seed, opts, eq)
     if workers == 1 or R < 2:
