@@ -68,8 +68,19 @@ PathsChoice = Literal["walks", "simple", "auto"]
 PATHS_CHOICES: tuple[str, ...] = get_args(PathsChoice)
 ConstantsChoice = Literal["fixed", "auto"]
 CONSTANTS_CHOICES: tuple[str, ...] = get_args(ConstantsChoice)
-#: what a fit's log holds of a paths or constants "auto" choice (RulePredictor._choose)
-CHOICE_KEYS = ("paths", "paths_valid_mrr", "constants", "constants_valid_mrr", "trials_valid_mrr", "ways_skipped")
+LengthsChoice = Literal["fixed", "auto"]
+LENGTHS_CHOICES: tuple[str, ...] = get_args(LengthsChoice)
+#: what a fit's log holds of a paths, constants or lengths "auto" choice (RulePredictor._choose)
+CHOICE_KEYS = (
+    "paths",
+    "paths_valid_mrr",
+    "constants",
+    "constants_valid_mrr",
+    "max_length",
+    "max_length_valid_mrr",
+    "trials_valid_mrr",
+    "ways_skipped",
+)
 # a fit's arguments shared by every head: directed train and valid facts, the known answers of train and valid
 # queries, epochs and seed
 _FitJob = tuple[
@@ -120,6 +131,13 @@ class PredictorConfig:
     # heads' valid queries (without on a tie; twice the fitting time, four times with paths "auto", chosen jointly).
     # They help on FB15k-237 and lower the MRR on Kinship and UMLS (docs/methods/fednsl-kg.md, Rules with constants)
     constants: ConstantsChoice = "fixed"
+    # the longest path bodies fitted: bodies longer than max_length are left out of the fit (weight 0, never
+    # grounded; None: every body). lengths "auto": once the ways above are chosen, every head is fitted again that
+    # way without its longest bodies (length ≤ L − 1, L the longest of all heads' bodies, at most max_length), and
+    # the predictor keeps, for all heads, the shorter rules when their valid MRR pooled over all heads' valid
+    # queries is higher (the longer ones on a tie; one more fit of every head)
+    max_length: int | None = None
+    lengths: LengthsChoice = "fixed"
     # a learned prior over the candidate's relation types, added to b_q: s(e) += Σ_b u_qb · 1[e has a b-edge] (the
     # zero-length rules q(X, Y) <- b(Y, _), one weight per body relation b ∉ {q, q⁻¹}: those two would see the
     # query's own fact); it ranks type-compatible candidates that the per-entity bias has never seen as answers
@@ -164,6 +182,10 @@ class PredictorConfig:
             raise ValueError(
                 "constants 'auto' chooses whether to use rules with constants: it needs constant_rules > 0"
             )
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be 1 or more (or null: every body), got {self.max_length!r}")
+        if self.lengths not in LENGTHS_CHOICES:
+            raise ValueError(f"lengths must be one of {LENGTHS_CHOICES}, got {self.lengths!r}")
 
 
 def expected_reciprocal_rank(scores: torch.Tensor, answers: torch.Tensor, filter_mask: torch.Tensor) -> torch.Tensor:
@@ -303,19 +325,24 @@ class _HeadModel:
     type_mask: torch.Tensor | None = None  # (2R,) 1 except at q and q⁻¹
     evidence: tuple[np.ndarray, np.ndarray] | None = None  # (J,) hits and (J,) reached pairs on the train queries
     paths: Paths = "walks"  # how the head's bodies are grounded (PredictorConfig.paths, or the choice of "auto")
+    max_length: int | None = None  # path bodies longer than this are left out (weight 0, never grounded)
     nonredundant: NonRedundant | None = None  # the non-redundant noisy-OR term chosen on valid (config.nonredundant)
 
     def parameters(self) -> list[torch.Tensor]:
         return [self.weights, self.log_scale, *(t for t in (self.bias, self.type_weights) if t is not None)]
 
 
-#: one fit of a head under paths or constants "auto": its log, its model, its rules with constants (None: without)
+#: one fit of a head under paths, constants or lengths "auto": its log, its model, its rules with constants (None:
+#: without)
 _Trial = tuple[dict[str, Any], _HeadModel, "ConstantRules | None"]
+#: one way a head is fitted: how its bodies are grounded, with rules with constants or not, its longest bodies
+_Way = tuple[Paths, bool, "int | None"]
 
 
-def _label(paths: Paths, constants: bool) -> str:
-    """The name of one way a head is fitted under "auto": ``walks``, ``simple``, ``walks+constants``, ..."""
-    return f"{paths}+constants" if constants else paths
+def _label(paths: Paths, constants: bool, max_length: int | None = None) -> str:
+    """The name of one way a head is fitted under "auto": ``walks``, ``simple``, ``walks+constants``,
+    ``simple+length<=2``, ..."""
+    return paths + ("+constants" if constants else "") + ("" if max_length is None else f"+length<={max_length}")
 
 
 class RulePredictor:
@@ -441,10 +468,12 @@ class RulePredictor:
         heads = chunk[:, 0]
         excl = np.stack([heads, np.full(b, q), chunk[:, 1]], axis=1) if exclude_own else None
         flats, rules, counts, totals = [], [], [], []
-        if bodies:
-            paths = self._graph_of(q).path_entries(bodies, heads, excl, self.config.max_fanout)
+        kept = self._kept_bodies(q)
+        if kept.size:
+            shown = bodies if kept.size == len(bodies) else [bodies[j] for j in kept]
+            paths = self._graph_of(q).path_entries(shown, heads, excl, self.config.max_fanout)
             flats.append(paths.row * E + paths.col)
-            rules.append(paths.body)
+            rules.append(paths.body if kept.size == len(bodies) else kept[paths.body])
             counts.append(paths.count)
             totals.append(paths.total)
         constants = self.constants.get(q)
@@ -457,6 +486,13 @@ class RulePredictor:
         if not flats:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.float32)
         return np.concatenate(flats), np.concatenate(rules), np.concatenate(counts), np.concatenate(totals)
+
+    def _kept_bodies(self, q: int) -> np.ndarray:
+        """(K,) indices of head q's path bodies its model grounds: those no longer than its ``max_length``."""
+        bodies = self.bodies.get(q, [])
+        model = self.models.get(q)
+        cap = None if model is None else model.max_length
+        return np.array([j for j, b in enumerate(bodies) if cap is None or len(b) <= cap], dtype=np.int64)
 
     def _batch(
         self,
@@ -642,12 +678,13 @@ class RulePredictor:
         constants = self.constants.get(q)
         return len(self.bodies.get(q, [])) + (len(constants) if constants is not None else 0)
 
-    def _new_model(self, q: int, paths: Paths | None = None) -> _HeadModel:
+    def _new_model(self, q: int, paths: Paths | None = None, max_length: int | None = None) -> _HeadModel:
         J = self.num_rules(q)
         F = len(self.features)
         w = torch.zeros(J, F) if self.config.aggregator == "sum" else torch.full((J, F), -2.0)
         bias = torch.zeros(self.num_entities) if self.config.entity_bias else None
-        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)), paths=paths or counted_paths(self.config.paths))
+        paths = paths or counted_paths(self.config.paths)
+        model = _HeadModel(w, bias, torch.tensor(math.log(5.0)), paths=paths, max_length=max_length)
         if self.config.type_prior:
             R2 = 2 * int(self.num_relations or 0)
             model.type_weights = torch.zeros(R2)
@@ -719,9 +756,15 @@ class RulePredictor:
                 began = time.perf_counter()
                 fits[_label(*way)] = self._fit_way(todo, way, job, pool, work, deadline)
                 took.append(time.perf_counter() - began)
+            shorter = self._shorter_way(todo, variants, fits)
+            if shorter is not None:
+                if deadline is not None and time.perf_counter() + max(took) > deadline:
+                    log["ways_skipped"] = [*log.get("ways_skipped", []), _label(*shorter)]
+                else:
+                    fits[_label(*shorter)] = self._fit_way(todo, shorter, job, pool, work, deadline)
         self._mined = {}
-        if len(variants) > 1:
-            log.update(self._choose(todo, log["heads"], fits))
+        if len(variants) > 1 or cfg.lengths == "auto":
+            log.update(self._choose(todo, log["heads"], fits, shorter))
         else:
             self._keep(todo, log["heads"], fits[_label(*variants[0])])
         if deadline is not None:
@@ -738,13 +781,14 @@ class RulePredictor:
     def _fit_way(
         self,
         heads: Sequence[int],
-        way: tuple[Paths, bool],
+        way: _Way,
         job: _FitJob,
         pool: WorkerPool[tuple[RulePredictor, _FitJob]] | None,
         work: Sequence[int],
         deadline: float | None = None,
     ) -> dict[int, _Trial]:
-        """Fit every head one way (paths, with rules with constants), the largest ``work`` first, in the ``pool``'s
+        """Fit every head one way (paths, with rules with constants, longest bodies), the largest ``work`` first, in
+        the ``pool``'s
         processes when given; the heads are independent (own seed, own model), so the fits equal the one-process
         fits. With a ``deadline`` each head stops training once its :func:`head_shares` share of the time left
         when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its
@@ -766,13 +810,11 @@ class RulePredictor:
                 self._mined[q] = rules  # the next way with constants takes them as they are
         return dict(zip(heads, done, strict=True))
 
-    def _fit_head(
-        self, q: int, way: tuple[Paths, bool], job: _FitJob, budget: tuple[float, float] | None = None
-    ) -> _Trial:
+    def _fit_head(self, q: int, way: _Way, job: _FitJob, budget: tuple[float, float] | None = None) -> _Trial:
         """Fit head q one way: with its ``constant_rules`` rules with constants (mined on the first way that needs
-        them) or without; ``budget`` (deadline, share) as in :meth:`_fit_head_on`. Returns its log, its model and
-        those rules (None without)."""
-        paths, constants = way
+        them) or without, its path bodies up to the way's longest; ``budget`` (deadline, share) as in
+        :meth:`_fit_head_on`. Returns its log, its model and those rules (None without)."""
+        paths, constants, max_length = way
         rules = None
         if constants:
             rules = self._mined.get(q)
@@ -790,7 +832,7 @@ class RulePredictor:
             self.constants[q] = rules
         else:
             self.constants.pop(q, None)
-        head_log = self._fit_head_on(q, paths, job, budget)
+        head_log = self._fit_head_on(q, paths, job, budget, max_length)
         return head_log, self.models[q], rules
 
     def _keep(self, heads: Sequence[int], logs: dict[int, dict[str, Any]], fits: Mapping[int, _Trial]) -> None:
@@ -802,53 +844,98 @@ class RulePredictor:
             else:
                 self.constants.pop(q, None)
 
-    def _variants(self) -> list[tuple[Paths, bool]]:
-        """The ways every head is fitted, (paths, with rules with constants), in order of preference on a tie: both
-        paths under paths "auto" (simple first), without and with constants under constants "auto"."""
+    def _variants(self) -> list[_Way]:
+        """The ways every head is fitted, (paths, with rules with constants, longest bodies), in order of preference
+        on a tie: both paths under paths "auto" (simple first), without and with constants under constants
+        "auto"; bodies up to ``max_length``."""
         cfg = self.config
         ways: tuple[Paths, ...] = ("simple", "walks") if cfg.paths == "auto" else (counted_paths(cfg.paths),)
         constants = (False, True) if cfg.constants == "auto" else (cfg.constant_rules > 0,)
-        return [(paths, c) for c in constants for paths in ways]
+        return [(paths, c, cfg.max_length) for c in constants for paths in ways]
 
-    def _choose(
-        self, heads: Sequence[int], logs: dict[int, dict[str, Any]], fits: Mapping[str, Mapping[int, _Trial]]
-    ) -> dict[str, Any]:
-        """For paths or constants "auto": of the ways fitted (``fits``, by :func:`_label`), the one with the better
-        valid MRR pooled over all heads' valid queries (the first in :meth:`_variants` on a tie); every head keeps
-        its fit of that way, and its log its valid MRR every way. Returns the fit log's entries:
-        ``trials_valid_mrr`` (pooled, by :func:`_label`), and for paths "auto" ``paths`` and ``paths_valid_mrr``,
-        for constants "auto" ``constants`` ("on"/"off") and ``constants_valid_mrr``, each pooled at the other choice
-        (the ways fitted only)."""
-        variants = [v for v in self._variants() if _label(*v) in fits]
-        first = fits[_label(*variants[0])]
+    def _shorter_way(
+        self, heads: Sequence[int], variants: Sequence[_Way], fits: Mapping[str, Mapping[int, _Trial]]
+    ) -> _Way | None:
+        """Under lengths "auto": the best way fitted so far (:meth:`_pooled`) without the longest bodies of
+        ``heads`` (those of length L, the longest fitted); None otherwise, or when no body is longer than 1."""
+        longest = self._longest(heads)
+        if self.config.lengths != "auto" or longest < 2:
+            return None
+        fitted = [v for v in variants if _label(*v) in fits]
+        pooled = self._pooled(heads, fits, _label(*fitted[0]))
+        paths, constants, _ = max(fitted, key=lambda v: pooled[_label(*v)])
+        return paths, constants, longest - 1
+
+    def _longest(self, heads: Sequence[int]) -> int:
+        """The longest path body of ``heads`` fitted (at most ``max_length``; 0 without bodies)."""
+        cap = self.config.max_length
+        return max((len(b) for q in heads for b in self.bodies.get(q, []) if cap is None or len(b) <= cap), default=0)
+
+    @staticmethod
+    def _pooled(heads: Sequence[int], fits: Mapping[str, Mapping[int, _Trial]], first: str) -> dict[str, float]:
+        """{way label: its valid MRR pooled over all ``heads``' valid queries} (as counted by way ``first``)."""
         total = dict.fromkeys(fits, 0.0)
         n = 0
         for q in heads:
-            k = int(first[q][0].get("valid_queries", 0))
+            k = int(fits[first][q][0].get("valid_queries", 0))
             n += k
             for label, way in fits.items():
                 total[label] += k * max(float(way[q][0].get("best_valid_mrr", 0.0)), 0.0)
-        pooled = {label: v / max(n, 1) for label, v in total.items()}
-        paths, constants = max(variants, key=lambda v: pooled[_label(*v)])  # the first best on a tie
-        self._keep(heads, logs, fits[_label(paths, constants)])
+        return {label: v / max(n, 1) for label, v in total.items()}
+
+    def _choose(
+        self,
+        heads: Sequence[int],
+        logs: dict[int, dict[str, Any]],
+        fits: Mapping[str, Mapping[int, _Trial]],
+        shorter: _Way | None = None,
+    ) -> dict[str, Any]:
+        """For paths, constants or lengths "auto": of the ways fitted (``fits``, by :func:`_label`; ``shorter``
+        last, when fitted), the one with the better valid MRR pooled over all heads' valid queries (the first in
+        :meth:`_variants` on a tie, the longer bodies on a tie with ``shorter``); every head keeps its fit of that
+        way, and its log its valid MRR every way. Returns the fit log's entries: ``trials_valid_mrr`` (pooled, by
+        :func:`_label`), and for paths "auto" ``paths`` and ``paths_valid_mrr``, for constants "auto"
+        ``constants`` ("on"/"off") and ``constants_valid_mrr``, each pooled at the other choice (the ways fitted
+        only), for lengths "auto" ``max_length`` (the length of the longest bodies kept) and
+        ``max_length_valid_mrr`` (by that length)."""
+        variants = [v for v in [*self._variants(), *([shorter] if shorter else [])] if _label(*v) in fits]
+        pooled = self._pooled(heads, fits, _label(*variants[0]))
+        paths, constants, max_length = max(variants, key=lambda v: pooled[_label(*v)])  # the first best on a tie
+        self._keep(heads, logs, fits[_label(paths, constants, max_length)])
         for q in heads:
             by_way = {label: way[q][0].get("best_valid_mrr", -1.0) for label, way in fits.items()}
             logs[q] = {**logs[q], "trials_valid_mrr": by_way}
             if self.config.paths == "auto":
                 logs[q]["paths_valid_mrr"] = _tried(by_way, {p: _label(p, constants) for p in ("simple", "walks")})
+        cap = self.config.max_length
         out: dict[str, Any] = {"trials_valid_mrr": pooled}
         if self.config.paths == "auto":
             out["paths"] = paths
-            out["paths_valid_mrr"] = _tried(pooled, {p: _label(p, constants) for p in ("simple", "walks")})
+            out["paths_valid_mrr"] = _tried(pooled, {p: _label(p, constants, cap) for p in ("simple", "walks")})
         if self.config.constants == "auto":
             out["constants"] = "on" if constants else "off"
-            out["constants_valid_mrr"] = _tried(pooled, {"off": _label(paths, False), "on": _label(paths, True)})
+            out["constants_valid_mrr"] = _tried(
+                pooled, {"off": _label(paths, False, cap), "on": _label(paths, True, cap)}
+            )
+        if self.config.lengths == "auto":
+            longest = self._longest(heads)
+            out["max_length"] = longest if max_length is None else min(max_length, longest)
+            names = {str(longest): _label(paths, constants, cap)}
+            if shorter is not None:
+                names[str(shorter[2])] = _label(*shorter)
+            out["max_length_valid_mrr"] = _tried(pooled, names)
         return out
 
     def _fit_head_on(
-        self, q: int, paths: Paths, job: _FitJob, budget: tuple[float, float] | None = None
+        self,
+        q: int,
+        paths: Paths,
+        job: _FitJob,
+        budget: tuple[float, float] | None = None,
+        max_length: int | None = None,
     ) -> dict[str, Any]:
-        """Fit head q's model with its bodies grounded as ``paths``; returns the head's log. ``budget`` (deadline,
+        """Fit head q's model with its bodies grounded as ``paths``, those longer than ``max_length`` left out
+        (weight 0); returns the head's log. ``budget`` (deadline,
         share): training stops after the first epoch that ends ``share`` of the time from this call to the
         deadline later, but never before epoch ``eval_every`` (the first valid evaluation); the head is then
         evaluated on valid and keeps its best evaluated weights as under early stopping, and its log gives
@@ -863,7 +950,7 @@ class RulePredictor:
         rows = train_dir[train_dir[:, 1] == q][:, [0, 2]]
         if cfg.max_train_queries is not None and rows.shape[0] > cfg.max_train_queries:
             rows = rows[np.sort(rng.choice(rows.shape[0], size=cfg.max_train_queries, replace=False))]
-        model = self._new_model(q, paths)
+        model = self._new_model(q, paths, max_length)
         self.models[q] = model
 
         if rows.shape[0] == 0:
@@ -896,6 +983,9 @@ class RulePredictor:
             else:
                 model.weights[:, 0] = torch.logit(conf.clamp(1e-3, 1 - 1e-3))
         self._start_from_given(q, model)
+        left_out = np.setdiff1d(np.arange(len(self.bodies.get(q, []))), self._kept_bodies(q))
+        off = 0.0 if cfg.aggregator == "sum" else float(torch.logit(torch.tensor(1e-3)))  # σ(w) ≈ 0: max, noisy-or
+        model.weights[left_out] = off  # never grounded: they weigh nothing (and weight decay is undone below)
         params = model.parameters()
         for p in params:
             p.requires_grad_(True)
@@ -940,6 +1030,7 @@ class RulePredictor:
                     p.copy_(b)
         for p in params:
             p.requires_grad_(False)
+        model.weights[left_out] = off
         h_score = self._h_scores(model, train_batches if cached else self._batches(q, rows, known_train, True))
         model.h_score = h_score[: len(self.bodies.get(q, []))]  # the E-step scores path bodies only
         if cfg.nonredundant and valid_batches and self.num_rules(q):
@@ -1187,7 +1278,7 @@ def head_shares(work: Sequence[int], processes: int) -> list[float]:
 
 def _worker_fit(
     shared: tuple[RulePredictor, _FitJob],
-    item: tuple[int, tuple[Paths, bool], ConstantRules | None, tuple[float, float] | None],
+    item: tuple[int, _Way, ConstantRules | None, tuple[float, float] | None],
 ) -> _Trial:
     """Fit head q one way in a worker (``shared``: its copy of the predictor and the fit's arguments; ``item``: q,
     the way, q's rules with constants when an earlier way mined them, and its time budget or None):

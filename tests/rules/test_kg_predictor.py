@@ -812,3 +812,81 @@ def test_auto_constants_need_constant_rules() -> None:
         RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(constants="auto"))
     with pytest.raises(ValueError, match="constants must be one of"):
         RulePredictor({0: [(1,)]}, 4, num_relations=2, config=PredictorConfig(constants="on", constant_rules=5))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("aggregator", ["sum", "noisy-or"])
+def test_max_length_fits_as_if_the_longer_bodies_were_not_given(aggregator: str) -> None:
+    """Bodies longer than ``max_length`` are never grounded and weigh nothing: the scores, the kept bodies'
+    weights and their rule scores equal those of a predictor given only the bodies up to that length."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=12, seed=0)
+    assert any(len(b) == 3 for bs in bodies.values() for b in bs)
+    cfg = PredictorConfig(epochs=10, eval_every=5, aggregator=aggregator)  # type: ignore[arg-type]
+    capped = RulePredictor(bodies, E, aggregator, num_relations=R, config=replace(cfg, max_length=2))
+    capped.fit(kg.train, kg.train, valid_triples=kg.valid)
+    short = {q: [b for b in bs if len(b) <= 2] for q, bs in bodies.items()}
+    alone = RulePredictor(short, E, aggregator, num_relations=R, config=cfg)
+    alone.fit(kg.train, kg.train, valid_triples=kg.valid)
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    torch.testing.assert_close(capped.score(queries), alone.score(queries))
+    weights, scores = capped.rule_weights(), capped.rule_scores()
+    off = 0.0 if aggregator == "sum" else float(torch.logit(torch.tensor(1e-3)))
+    for q, bs in bodies.items():
+        kept = [j for j, b in enumerate(bs) if len(b) <= 2]
+        left = [j for j, b in enumerate(bs) if len(b) > 2]
+        if kept:
+            np.testing.assert_allclose(weights[q][kept], alone.rule_weights()[q], rtol=1e-6)
+            np.testing.assert_allclose(scores[q][kept], alone.rule_scores()[q], rtol=1e-6)
+        np.testing.assert_allclose(weights[q][left], off, rtol=1e-6)
+        assert not np.any(scores[q][left])
+    with pytest.raises(ValueError, match="max_length"):
+        replace(cfg, max_length=0).check()
+    with pytest.raises(ValueError, match="lengths"):
+        replace(cfg, lengths="sometimes").check()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_length", [None, 2])
+def test_auto_lengths_keep_the_shorter_bodies_only_where_the_pooled_valid_mrr_is_higher(max_length: int | None) -> None:
+    """lengths="auto" fits every head with and then without its longest bodies (on the way chosen first) and
+    keeps, for all heads, the rules whose valid MRR pooled over the heads' valid queries is higher (the longer on
+    a tie): the pooled MRRs equal those of the one-length fits, and the scores equal the chosen fit's."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=12, seed=0)
+    base = PredictorConfig(epochs=10, eval_every=5, paths="simple", max_length=max_length)
+    longest = 3 if max_length is None else max_length
+    pooled, fits = {}, {}
+    for cap in (max_length, longest - 1):
+        p = RulePredictor(bodies, E, num_relations=R, config=replace(base, max_length=cap))
+        fits[cap] = (p, p.fit(kg.train, kg.train, valid_triples=kg.valid))
+        heads = [h for h in fits[cap][1]["heads"].values() if h.get("valid_queries")]
+        pooled[cap] = sum(h["best_valid_mrr"] * h["valid_queries"] for h in heads) / sum(
+            h["valid_queries"] for h in heads
+        )
+    auto = RulePredictor(bodies, E, num_relations=R, config=replace(base, lengths="auto"))
+    log = auto.fit(kg.train, kg.train, valid_triples=kg.valid)
+    assert log["max_length_valid_mrr"] == pytest.approx(
+        {str(longest): pooled[max_length], str(longest - 1): pooled[longest - 1]}
+    )
+    want = longest - 1 if pooled[longest - 1] > pooled[max_length] else max_length
+    assert log["max_length"] == (longest if want is None else want)
+    assert all(m.max_length == want for m in auto.models.values())
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    torch.testing.assert_close(auto.score(queries), fits[want][0].score(queries))
+
+
+def test_auto_lengths_with_one_atom_bodies_only_fit_once() -> None:
+    train, _ = family()
+    p = RulePredictor({1: [(2,), (5,)]}, 36, num_relations=3, config=replace(CFG, lengths="auto"))
+    log = p.fit(train, train, valid_triples=train[:4])
+    assert log["max_length"] == 1
+    assert log["max_length_valid_mrr"] == {"1": pytest.approx(log["trials_valid_mrr"]["walks"])}

@@ -323,14 +323,16 @@ class FedNSLKGClient(Client):
         return fit_log
 
     def _chosen(self, pcfg: PredictorConfig) -> PredictorConfig:
-        """``pcfg`` with its "auto" paths and constants fixed to what the first fit chose on valid (as given when
-        nothing was chosen yet)."""
+        """``pcfg`` with its "auto" paths, constants and lengths fixed to what the first fit chose on valid (as given
+        when nothing was chosen yet)."""
         choice = self.valid_choice or {}
         if pcfg.paths == "auto" and "paths" in choice:
             pcfg = dataclasses.replace(pcfg, paths=choice["paths"])
         if pcfg.constants == "auto" and "constants" in choice:
             keep = pcfg.constant_rules if choice["constants"] == "on" else 0
             pcfg = dataclasses.replace(pcfg, constants="fixed", constant_rules=keep)
+        if pcfg.lengths == "auto" and "max_length" in choice:
+            pcfg = dataclasses.replace(pcfg, lengths="fixed", max_length=int(choice["max_length"]))
         return pcfg
 
     def _predictor_config(self, **defaults: Any) -> PredictorConfig:
@@ -473,6 +475,8 @@ class FedNSLKGClient(Client):
             metrics["simple_paths"] = float(log["paths"] == "simple")
         if "constants" in log:  # predictor.constants auto: 1 when the valid MRR chose rules with constants
             metrics["constant_rules_on"] = float(log["constants"] == "on")
+        if "max_length" in log:  # predictor.lengths auto: the length of the longest rules the valid MRR kept
+            metrics["rule_length"] = float(log["max_length"])
         if "ways_skipped" in log:  # the ways of that choice the time budget left unfitted
             metrics["ways_not_fitted"] = float(len(log["ways_skipped"]))
         if "heads_cut" in log:  # heads whose training the time budget ended before early stopping did
@@ -625,11 +629,11 @@ def _rank_relation(shared: tuple[Scorer, KnowledgeGraph, FilterIndex, int | None
 
 
 def _choices_on_valid(fit_log: Mapping[str, Any]) -> list[str]:
-    """What the predictor chose on the valid split, one phrase each (paths and constants: auto, in this fit or
-    kept from the client's first; the heads that took the non-redundant noisy-OR)."""
+    """What the predictor chose on the valid split, one phrase each (paths, constants and lengths: auto, in this fit
+    or kept from the client's first; the heads that took the non-redundant noisy-OR)."""
     out = []
     kept = ", kept from the first fit" if fit_log.get("choice_kept") else ""
-    for key, name in (("paths", "paths"), ("constants", "rules with constants")):
+    for key, name in (("paths", "paths"), ("constants", "rules with constants"), ("max_length", "rules up to length")):
         if key in fit_log:
             each = " / ".join(f"{p} {v:.4f}" for p, v in fit_log.get(f"{key}_valid_mrr", {}).items())
             out.append(f"{name} {fit_log[key]}{kept} (valid MRR {each})")

@@ -115,6 +115,7 @@ TRAIN_METRICS = (
     "heads_with_valid",
     "simple_paths",
     "constant_rules_on",
+    "rule_length",
     "ways_not_fitted",
     "heads_cut_by_budget",
     "time_fit_s",

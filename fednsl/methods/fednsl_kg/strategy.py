@@ -65,6 +65,7 @@ log = logging.getLogger("fednsl.methods.fednsl_kg")
 CHOSEN_METRICS = (
     "simple_paths",
     "constant_rules_on",
+    "rule_length",
     "ways_not_fitted",
     "heads_cut_by_budget",
     "heads_nonredundant",
@@ -74,12 +75,15 @@ CHOSEN_METRICS = (
 
 def _described(got: Mapping[str, float]) -> dict[str, Any]:
     """A client's CHOSEN_METRICS as summary.json shows them: the paths chosen, whether rules with constants were
-    chosen, the heads that took the non-redundant noisy-OR of those with valid queries."""
+    chosen, the length of the longest rules kept, the heads that took the non-redundant noisy-OR of those with
+    valid queries."""
     out: dict[str, Any] = {}
     if "simple_paths" in got:
         out["paths"] = "simple" if got["simple_paths"] else "walks"
     if "constant_rules_on" in got:
         out["constant_rules"] = "on" if got["constant_rules_on"] else "off"
+    if "rule_length" in got:
+        out["rule_length"] = int(got["rule_length"])
     if got.get("ways_not_fitted"):  # the choice was made among the ways fitted within the time budget
         out["ways_not_fitted"] = int(got["ways_not_fitted"])
     if got.get("heads_cut_by_budget"):  # heads whose training the time budget ended

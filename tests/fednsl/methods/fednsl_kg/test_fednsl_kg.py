@@ -468,15 +468,16 @@ def test_constant_rules_and_confidence_mining_run_through_the_loop(tmp_path: Pat
 
 
 def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) -> None:
-    """predictor.paths and constants auto and the non-redundant noisy-OR end to end: the client reports whether
-    its valid MRR chose simple paths and rules with constants and how many heads took NR, in metrics.jsonl, the run
-    log and summary.json. Paths and constants are chosen in the first round's fit and kept after it (the second fit
-    grounds one way alone, with or without constants), resumed alike."""
+    """predictor.paths, constants and lengths auto and the non-redundant noisy-OR end to end: the client reports
+    whether its valid MRR chose simple paths and rules with constants, the length of the longest rules it kept and
+    how many heads took NR, in metrics.jsonl, the run log and summary.json. Paths, constants and lengths are chosen
+    in the first round's fit and kept after it (the second fit grounds one way alone, with or without constants,
+    up to that length), resumed alike."""
     over = [
         *FAST,
         "rounds=2",
         "method_kwargs.predictor={epochs: 5, eval_every: 5, patience: 1, paths: auto, nonredundant: true, "
-        "constants: auto, constant_rules: 20}",
+        "constants: auto, constant_rules: 20, lengths: auto}",
     ]
     out = tmp_path / "auto"
     result = train(load_config(CONFIG, over), out, progress=False)
@@ -489,6 +490,8 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert took
     constants = [v for row in rows for k, v in row.items() if k.endswith("constant_rules_on")]
     assert constants and set(constants) <= {0.0, 1.0} and constants[0] == constants[-1]
+    lengths = [v for row in rows for k, v in row.items() if k.endswith("rule_length")]
+    assert lengths and set(lengths) <= {2.0, 3.0} and lengths[0] == lengths[-1]
     line = [x for x in (out / "run.log").read_text().splitlines() if "chosen on valid" in x][-1]  # round 2's
     assert "c0: chosen on valid: paths " in line and f"non-redundant noisy-OR on {int(took[-1])} of " in line
     # and in summary.json, as the run log says it
@@ -499,15 +502,20 @@ def test_choices_on_valid_run_through_the_loop_and_are_reported(tmp_path: Path) 
     assert f"paths {chosen['paths']}, kept from the first fit (valid MRR " in line
     assert chosen["constant_rules"] == ("on" if constants[-1] else "off")
     assert f"rules with constants {chosen['constant_rules']}, kept from the first fit (valid MRR off " in line
+    assert chosen["rule_length"] == int(lengths[-1])
+    assert f"rules up to length {chosen['rule_length']}, kept from the first fit (valid MRR 3 " in line
     client = result.federation.clients["c0"]
     pcfg = client.predictor.config
     assert pcfg.paths == chosen["paths"]  # the second fit grounded one way, with or without constants
     assert pcfg.constants == "fixed" and pcfg.constant_rules == (20 if constants[-1] else 0)
+    assert pcfg.lengths == "fixed" and pcfg.max_length == chosen["rule_length"]
+    assert {m.max_length for m in client.predictor.models.values()} == {chosen["rule_length"]}
     again = FedNSLKGClient("c0", client.part, client.cfg, client.filter_index)
     again.load_state_dict(client.state_dict())
     assert again.valid_choice == client.valid_choice and again.valid_choice is not None
     assert again.valid_choice["paths"] == chosen["paths"]
     assert again.valid_choice["constants"] == chosen["constant_rules"]
+    assert again.valid_choice["max_length"] == chosen["rule_length"]
 
 
 @pytest.mark.parametrize(("counts", "rounds"), [("every", 1), ("last", 2)])
