@@ -788,10 +788,9 @@ class RulePredictor:
         deadline: float | None = None,
     ) -> dict[int, _Trial]:
         """Fit every head one way (paths, with rules with constants, longest bodies), the largest ``work`` first, in
-        the ``pool``'s
-        processes when given; the heads are independent (own seed, own model), so the fits equal the one-process
-        fits. With a ``deadline`` each head stops training once its :func:`head_shares` share of the time left
-        when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its
+        the ``pool``'s processes when given; the heads are independent (own seed, own model), so the fits equal the
+        one-process fits. With a ``deadline`` each head stops training once its :func:`head_shares` share of the
+        time left when it starts has passed (after ``eval_every`` epochs at the least). Returns head -> (its log, its
         model, its rules with constants or None)."""
         order = sorted(range(len(heads)), key=lambda i: -work[i])  # as WorkerPool.map takes them
         shares = head_shares([work[i] for i in order], 1 if pool is None else pool.workers)
@@ -902,12 +901,13 @@ class RulePredictor:
         pooled = self._pooled(heads, fits, _label(*variants[0]))
         paths, constants, max_length = max(variants, key=lambda v: pooled[_label(*v)])  # the first best on a tie
         self._keep(heads, logs, fits[_label(paths, constants, max_length)])
+        cap = self.config.max_length
         for q in heads:
             by_way = {label: way[q][0].get("best_valid_mrr", -1.0) for label, way in fits.items()}
             logs[q] = {**logs[q], "trials_valid_mrr": by_way}
             if self.config.paths == "auto":
-                logs[q]["paths_valid_mrr"] = _tried(by_way, {p: _label(p, constants) for p in ("simple", "walks")})
-        cap = self.config.max_length
+                names = {p: _label(p, constants, cap) for p in ("simple", "walks")}
+                logs[q]["paths_valid_mrr"] = _tried(by_way, names)
         out: dict[str, Any] = {"trials_valid_mrr": pooled}
         if self.config.paths == "auto":
             out["paths"] = paths
