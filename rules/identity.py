@@ -17,7 +17,7 @@ pairs of distinct entities), a share ``m`` counts as ``(m − d_s) / (1 − d_s)
 The default :data:`THRESHOLD` is .6, not near 1, because the facts are *training* facts: a split keeps each fact
 with the train share (.8 in pykeen's splits, .88 on FB15k-237, .93 on WN18RR), so even a relation that is
 symmetric on the whole KG has only that share of its training facts' reverses in train, and less where the KG
-itself misses facts. Measured on the training splits (docs/how-to/rules.md, *Rule identity*): the symmetric
+itself misses facts. Measured (docs/how-to/rules.md, *Rule identity on training splits*): the symmetric
 relations of FB15k-237 (spouse, sibling, adjoins, award nominee, ...) at .77–.88, WN18RR's
 ``derivationally_related_form`` at .93, the planted KG's at .61–.78, while no pair of distinct relations that is
 not an inverse pair reaches .6 above chance on the seven KGs checked.
