@@ -890,3 +890,32 @@ def test_auto_lengths_with_one_atom_bodies_only_fit_once() -> None:
     log = p.fit(train, train, valid_triples=train[:4])
     assert log["max_length"] == 1
     assert log["max_length_valid_mrr"] == {"1": pytest.approx(log["trials_valid_mrr"]["walks"])}
+
+
+def test_auto_lengths_keep_the_shorter_fit_when_it_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the shorter rules' pooled valid MRR is the higher (made so here by raising it in the pooling), every
+    head keeps its fit without the longest bodies: the log says the shorter length, and the scores equal those of
+    a fit with that ``max_length``, which later rounds use (the client fixes it)."""
+    from kg.grounding.sparse import SparseGraph
+    from kg.kg_sources import load_kg
+    from rules.kg_mining import mine_chain_rules
+
+    kg = load_kg("synthetic:0")
+    E, R = kg.num_entities, kg.num_relations
+    bodies = mine_chain_rules(SparseGraph.from_triples(kg.train, E, R), kg.train, 3, max_rules_per_head=12, seed=0)
+    base = PredictorConfig(epochs=10, eval_every=5, paths="simple")
+    pooled = RulePredictor._pooled
+
+    def favour_shorter(*args: object) -> dict[str, float]:
+        return {k: v + (1.0 if "+length<=" in k else 0.0) for k, v in pooled(*args).items()}  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RulePredictor, "_pooled", staticmethod(favour_shorter))
+    auto = RulePredictor(bodies, E, num_relations=R, config=replace(base, lengths="auto"))
+    log = auto.fit(kg.train, kg.train, valid_triples=kg.valid)
+    assert log["max_length"] == 2 and set(log["max_length_valid_mrr"]) == {"3", "2"}
+    assert {m.max_length for m in auto.models.values()} == {2}
+    monkeypatch.undo()
+    two = RulePredictor(bodies, E, num_relations=R, config=replace(base, max_length=2))
+    two.fit(kg.train, kg.train, valid_triples=kg.valid)
+    queries = torch.from_numpy(np.stack([kg.test[:, 0], kg.test[:, 1]], 1))
+    torch.testing.assert_close(auto.score(queries), two.score(queries))
