@@ -747,10 +747,14 @@ class RulePredictor:
         fits: dict[str, dict[int, _Trial]] = {}  # every way fitted: head -> (log, model, rules with constants)
         self._mined = {}
         took: list[float] = []
+
+        def too_late() -> bool:  # a further way would end after the deadline, by the longest way so far
+            return deadline is not None and time.perf_counter() + max(took) > deadline
+
         with contextlib.ExitStack() as stack:  # worker processes, started once for every way
             pool = stack.enter_context(WorkerPool(cfg.workers, (self, job))) if log["workers"] > 1 else None
             for i, way in enumerate(variants):
-                if i and deadline is not None and time.perf_counter() + max(took) > deadline:
+                if i and too_late():
                     log["ways_skipped"] = [_label(*v) for v in variants[i:]]
                     break
                 began = time.perf_counter()
@@ -758,7 +762,7 @@ class RulePredictor:
                 took.append(time.perf_counter() - began)
             shorter = self._shorter_way(todo, variants, fits)
             if shorter is not None:
-                if deadline is not None and time.perf_counter() + max(took) > deadline:
+                if too_late():
                     log["ways_skipped"] = [*log.get("ways_skipped", []), _label(*shorter)]
                 else:
                     fits[_label(*shorter)] = self._fit_way(todo, shorter, job, pool, work, deadline)
