@@ -7,7 +7,10 @@ and its inverse t -q⁻¹-> h) gives the body (b1, ..., bL) of the rule q(X, Y) 
 The support of a body is the number of sampled triples with at least one such path (a set per triple, as
 AnyBURL/RNNLogic's miner count). Path search is meet-in-the-middle: out-edges of h, in-edges of t, and for
 length 3 the edges between the two frontiers; each frontier is capped at ``max_neighbors`` sampled edges, and at
-most ``samples_per_relation`` triples are sampled per head, so mining time is bounded on FB15k-237.
+most ``samples_per_relation`` triples are sampled per head, so mining time is bounded on FB15k-237. The search is
+one compiled loop over a head's sampled triples (numba; plain Python without it, the same result): 6.2× faster
+than the numpy search per triple it replaced on FB15k-237 and 4.7× on pykeen's UMLS, the same supports
+(``python -m bench.kg_mining``).
 
 Deterministic for a given ``seed`` (one numpy Generator per head relation, seeded with (seed, q)).
 
@@ -20,13 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from kg.grounding.dense_batch import dense_body_statistics
+from kg.grounding.kernels import HAVE_NUMBA
 from kg.grounding.sparse import SparseGraph
+
+if HAVE_NUMBA:
+    import numba
 
 __all__ = [
     "RANK_BY",
@@ -72,93 +79,189 @@ class _OutEdges:
         return self.rel[lo:hi], self.dst[lo:hi]
 
 
-def _cap(rel: np.ndarray, node: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    if rel.size <= k:
-        return rel, node
-    pick = np.sort(rng.choice(rel.size, size=k, replace=False))
-    return rel[pick], node[pick]
+def _neighbours(out: _OutEdges, u: int, max_neighbors: int, rng: np.random.Generator) -> np.ndarray:
+    """Positions in ``out`` of node u's out-edges, at most ``max_neighbors`` of them: over the cap, a sorted draw
+    without replacement (one ``rng`` call)."""
+    lo, hi = int(out.ptr[u]), int(out.ptr[u + 1])
+    if hi - lo <= max_neighbors:
+        return np.arange(lo, hi)
+    return lo + np.sort(rng.choice(hi - lo, size=max_neighbors, replace=False))
 
 
-def _group(node: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For edges sorted by node: unique nodes, start offset and count of each group."""
-    uniq, start, count = np.unique(node, return_index=True, return_counts=True)
-    return uniq, start, count
+#: the largest table of seen codes :func:`_closed_path_codes` allocates (int32: 64 MB); FB15k-237's 475³ sorts
+_MAX_SEEN = 1 << 24
 
 
-def _expand(group_of_item: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cross each item with the members of its group: (item index, member offset) for every pair."""
-    rep = count[group_of_item]
-    item = np.repeat(np.arange(group_of_item.size), rep)
-    first = np.repeat(start[group_of_item], rep)
-    within = np.arange(item.size) - np.repeat(np.cumsum(rep) - rep, rep)
-    return item, first + within
+def _jit(f: Any) -> Any:
+    """``f`` compiled by numba where it is installed, else ``f`` itself (plain Python, the same results)."""
+    return (
+        numba.njit(
+            cache=True,
+            nogil=True,
+        )(f)
+        if HAVE_NUMBA
+        else f
+    )
+
+
+def _reserve(buf: np.ndarray, n: int, more: int) -> np.ndarray:
+    """``buf`` with room for ``more`` entries after its first n (a larger copy when it has not)."""
+    if n + more <= buf.size:
+        return buf
+    grown = np.empty(max(2 * buf.size, n + more), dtype=buf.dtype)
+    grown[:n] = buf[:n]
+    return grown
+
+
+def _closed_path_kernel(
+    ptr: np.ndarray,
+    rel: np.ndarray,
+    dst: np.ndarray,
+    inv: np.ndarray,
+    heads: np.ndarray,
+    tails: np.ndarray,
+    q: int,
+    side_ptr: np.ndarray,
+    side_pos: np.ndarray,
+    max_len: int,
+    base: int,
+    seen: np.ndarray,
+) -> tuple[np.ndarray, int]:
+    """The distinct body codes of each triple's closed paths, concatenated (see :func:`_closed_path_codes`);
+    returns (buffer, length used).
+
+    Triple i's capped out-edges of h are ``side_pos[side_ptr[2i]:side_ptr[2i+1]]``, of t
+    ``side_pos[side_ptr[2i+1]:side_ptr[2i+2]]`` (positions in ``rel``/``dst``). Per triple the kept neighbours of h
+    (y ∉ {h, t}) and of t (z ∉ {h, t}) are linked lists by entity, so length 2 joins them at one entity and length
+    3 follows every out-edge y -b2-> z (z ≠ y) between the two. A triple's codes are made distinct by ``seen``
+    (code -> last triple + 1) or, when it is empty, by sorting. Runs compiled under numba and, without it, as plain
+    Python (the same results)."""
+    E = ptr.size - 1
+    first1 = np.full(E, -1, np.int64)  # entity -> its first kept h-side entry (the others linked by next1)
+    first3 = np.full(E, -1, np.int64)
+    count1 = np.zeros(E, np.int64)
+    count3 = np.zeros(E, np.int64)
+    next1 = np.empty(max(side_pos.size, 1), np.int64)
+    next3 = np.empty(max(side_pos.size, 1), np.int64)
+    code1 = np.empty(max(side_pos.size, 1), np.int64)  # b1 + 1 of an h-side entry, b3 + 1 of a t-side one
+    found = np.empty(1024, np.int64)
+    out = np.empty(1024, np.int64)
+    n_out = 0
+    sort = seen.size == 0
+    for i in range(heads.size):
+        h, t = heads[i], tails[i]
+        n = 0
+        found = _reserve(found, 0, ptr[h + 1] - ptr[h])
+        for e in range(ptr[h], ptr[h + 1]):  # length 1: a different relation between h and t
+            code = rel[e] + 1
+            if dst[e] == t and rel[e] != q and (sort or seen[code] != i + 1):
+                if not sort:
+                    seen[code] = i + 1
+                found[n] = code
+                n += 1
+        lo1, lo3, hi3 = side_ptr[2 * i], side_ptr[2 * i + 1], side_ptr[2 * i + 2]
+        for k in range(lo1, lo3):
+            y = dst[side_pos[k]]
+            if y != h and y != t:
+                next1[k], first1[y] = first1[y], k
+                count1[y] += 1
+                code1[k] = rel[side_pos[k]] + 1
+        for k in range(lo3, hi3):  # t -b-> z  <=>  z -inv(b)-> t
+            z = dst[side_pos[k]]
+            if z != h and z != t:
+                next3[k], first3[z] = first3[z], k
+                count3[z] += 1
+                code1[k] = inv[rel[side_pos[k]]] + 1
+        for k in range(lo1, lo3):
+            y = dst[side_pos[k]]
+            if y == h or y == t:
+                continue
+            found = _reserve(found, n, count3[y])
+            m = first3[y]  # length 2: h -b1-> y -b2-> t
+            while m != -1:
+                code = code1[k] + code1[m] * base
+                if sort or seen[code] != i + 1:
+                    if not sort:
+                        seen[code] = i + 1
+                    found[n] = code
+                    n += 1
+                m = next3[m]
+            if max_len < 3 or first1[y] != k:
+                continue
+            for e in range(ptr[y], ptr[y + 1]):  # length 3, once per y: h -b1-> y -b2-> z -b3-> t
+                z = dst[e]
+                if z == y or first3[z] == -1:
+                    continue
+                found = _reserve(found, n, count1[y] * count3[z])
+                a = k
+                while a != -1:
+                    middle = code1[a] + (rel[e] + 1) * base
+                    m = first3[z]
+                    while m != -1:
+                        code = middle + code1[m] * base * base
+                        if sort or seen[code] != i + 1:
+                            if not sort:
+                                seen[code] = i + 1
+                            found[n] = code
+                            n += 1
+                        m = next3[m]
+                    a = next1[a]
+        for k in range(lo1, hi3):
+            u = dst[side_pos[k]]
+            first1[u] = first3[u] = -1
+            count1[u] = count3[u] = 0
+        codes = np.sort(found[:n]) if sort else found[:n]
+        out = _reserve(out, n_out, n)
+        for j in range(n):
+            if not sort or j == 0 or codes[j] != codes[j - 1]:
+                out[n_out] = codes[j]
+                n_out += 1
+    return out, n_out
+
+
+_reserve = _jit(_reserve)
+_closed_paths = _jit(_closed_path_kernel)
 
 
 def _closed_path_codes(
     out: _OutEdges,
-    h: int,
+    rows: np.ndarray,
     q: int,
-    t: int,
     inv: np.ndarray,
     max_len: int,
     max_neighbors: int,
     rng: np.random.Generator,
     base: int,
 ) -> np.ndarray:
-    """Distinct body codes of simple paths h -> t (length ≤ max_len) avoiding the edge h -q-> t itself.
+    """Distinct body codes of the simple paths h -> t (length ≤ max_len) of each triple (h, q, t) of ``rows``
+    (n, 3), avoiding the edge h -q-> t itself, concatenated triple by triple.
 
     Code of (b1..bL) = Σ (b_i + 1) · base^(i-1) with base = 2R + 1 (0 = no relation), so lengths don't collide.
-    """
-    codes: list[np.ndarray] = []
-    r1, n1 = out.of(h)
-    # length 1: a different relation between h and t (the triple's own edge is excluded)
-    direct = (n1 == t) & (r1 != q)
-    codes.append(r1[direct] + 1)
-    if max_len >= 2:
-        r1, n1 = _cap(r1, n1, max_neighbors, rng)
-        keep = (n1 != h) & (n1 != t)
-        r1, n1 = r1[keep], n1[keep]
-        o1 = np.argsort(n1, kind="stable")
-        r1, n1 = r1[o1], n1[o1]
-        rt, nt = out.of(t)  # t -b-> z  <=>  z -inv(b)-> t
-        rt, nt = _cap(rt, nt, max_neighbors, rng)
-        keep = (nt != h) & (nt != t)
-        r3, n3 = inv[rt[keep]], nt[keep]
-        o3 = np.argsort(n3, kind="stable")
-        r3, n3 = r3[o3], n3[o3]
-        u1, s1, c1 = _group(n1)
-        u3, s3, c3 = _group(n3)
-        # length 2: h -b1-> z -b2-> t with z ∉ {h, t}
-        common, i1, i3 = np.intersect1d(u1, u3, assume_unique=True, return_indices=True)
-        if common.size:
-            a, off1 = _expand(i1, s1, c1)
-            b, off3 = _expand(i3[a], s3, c3)
-            codes.append((r1[off1[b]] + 1) + (r3[off3] + 1) * base)
-        if max_len >= 3 and u1.size and u3.size:
-            # length 3: h -b1-> y -b2-> z -b3-> t, y ≠ z, y, z ∉ {h, t}
-            starts, ends = out.ptr[u1], out.ptr[u1 + 1]
-            lens = ends - starts
-            yi = np.repeat(np.arange(u1.size), lens)
-            pos = np.repeat(starts, lens) + (np.arange(yi.size) - np.repeat(np.cumsum(lens) - lens, lens))
-            b2, z = out.rel[pos], out.dst[pos]
-            zi = np.searchsorted(u3, z)
-            zi = np.minimum(zi, u3.size - 1)
-            hit = (u3[zi] == z) & (z != u1[yi])
-            yi, b2, zi = yi[hit], b2[hit], zi[hit]
-            if yi.size:
-                a, off1 = _expand(yi, s1, c1)
-                b, off3 = _expand(zi[a], s3, c3)
-                codes.append((r1[off1[b]] + 1) + (b2[a[b]] + 1) * base + (r3[off3] + 1) * base * base)
-    found = np.sort(np.concatenate(codes))  # distinct by sorting: numpy's hash-based np.unique is slower here
-    return found[np.r_[True, found[1:] != found[:-1]]] if found.size else found
+    h's and t's out-edges are capped at ``max_neighbors`` (a middle entity's are not), drawn triple by triple."""
+    heads = np.ascontiguousarray(rows[:, 0], dtype=np.int64)
+    tails = np.ascontiguousarray(rows[:, 2], dtype=np.int64)
+    none = np.zeros(0, np.int64)  # length 1 needs no neighbours (and draws none)
+    sides = [
+        _neighbours(out, u, max_neighbors, rng) if max_len >= 2 else none
+        for pair in zip(heads.tolist(), tails.tolist())
+        for u in pair
+    ]
+    side_ptr = np.zeros(len(sides) + 1, dtype=np.int64)
+    np.cumsum([p.size for p in sides], out=side_ptr[1:])
+    side_pos = np.concatenate(sides).astype(np.int64) if sides else np.zeros(0, np.int64)
+    # codes are below base**max_len: a table of seen codes where it is small, else distinct by sorting
+    seen = np.zeros(base**max_len if base**max_len <= _MAX_SEEN else 0, dtype=np.int32)
+    found, n = _closed_paths(out.ptr, out.rel, out.dst, inv, heads, tails, q, side_ptr, side_pos, max_len, base, seen)
+    return found[:n]
 
 
-def _decode(code: int, base: int) -> Body:
-    out = []
-    while code:
-        out.append(code % base - 1)
-        code //= base
-    return tuple(out)
+def _decode(codes: np.ndarray, base: int) -> list[Body]:
+    """The bodies of sorted codes (see :func:`_closed_path_codes`), in their order: shorter bodies have smaller
+    codes, so each length is one run."""
+    digits = [(codes // base**k % base - 1).tolist() for k in range(3)]
+    bounds = np.searchsorted(codes, [base, base**2]).tolist()
+    runs = zip([0, *bounds], [*bounds, codes.size], range(1, 4))
+    return [body for lo, hi, n in runs for body in zip(*(d[lo:hi] for d in digits[:n]))]
 
 
 def mine_chain_rule_support(
@@ -191,14 +294,12 @@ def mine_chain_rule_support(
         rng = np.random.default_rng([seed, q])
         if rows.shape[0] > samples_per_relation:
             rows = rows[np.sort(rng.choice(rows.shape[0], size=samples_per_relation, replace=False))]
-        per_triple = [
-            _closed_path_codes(out, int(h), q, int(t), inv, max_len, max_neighbors, rng, base) for h, _, t in rows
-        ]
-        if not per_triple:
+        found = [_closed_path_codes(out, rows, q, inv, max_len, max_neighbors, rng, base)] if len(rows) else []
+        if not found:
             result[q] = {}
             continue
-        codes, counts = np.unique(np.concatenate(per_triple), return_counts=True)
-        result[q] = {_decode(int(c), base): int(n) for c, n in zip(codes, counts)}
+        codes, counts = np.unique(np.concatenate(found), return_counts=True)
+        result[q] = dict(zip(_decode(codes, base), counts.tolist()))
     return result
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rules.kg_mining as km
 from kg.grounding.sparse import SparseGraph
 from rules.kg_mining import (
     directed_triples,
@@ -249,3 +250,72 @@ def test_sampled_starts_count_only_the_sampled_subjects() -> None:
         assert sampled.body_size[j] == sum(1 for x, _ in pairs if x in chosen)
         assert sampled.support[j] == sum(1 for x, _ in pairs & head_pairs if x in chosen)
     assert sampled.body_size.sum() < exact.body_size.sum()
+
+
+def _drawn_reference(triples: np.ndarray, n_ent: int, n_rel: int, max_len: int, cap: int, seed: int) -> dict:
+    """Supports by sets over the drawn edges: per head q, rng((seed, q)); per fact (in (h, t) order) h's out-edges
+    (by relation, then entity) are drawn first, then t's: ``cap`` of them, sorted, where there are more."""
+    facts = np.unique(directed_triples(triples, n_rel), axis=0)
+    out_edges: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for h, r, t in sorted({(h, r, t) for h, r, t in facts.tolist()}):
+        out_edges[h].append((r, t))
+    inv = lambda r: r + n_rel if r < n_rel else r - n_rel  # noqa: E731
+    result: dict[int, Counter] = {}
+    for q in range(2 * n_rel):
+        rng = np.random.default_rng([seed, q])
+        support: Counter = Counter()
+        for h, _, t in facts[facts[:, 1] == q].tolist():
+            drawn = []
+            for u in (h, t):
+                edges = sorted(out_edges[u])
+                if len(edges) > cap:
+                    edges = [edges[i] for i in np.sort(rng.choice(len(edges), size=cap, replace=False))]
+                drawn.append(edges)
+            found = {(r,) for r, v in out_edges[h] if v == t and r != q}
+            if max_len >= 2:
+                ends = [(inv(r), z) for r, z in drawn[1] if z not in (h, t)]
+                for r1, y in drawn[0]:
+                    if y in (h, t):
+                        continue
+                    found |= {(r1, r3) for r3, z in ends if z == y}
+                    if max_len >= 3:
+                        found |= {(r1, b2, r3) for b2, z in out_edges[y] if z != y for r3, z3 in ends if z3 == z}
+            support.update(found)
+        result[q] = dict(support)
+    return result
+
+
+@pytest.mark.parametrize("max_len", [1, 2, 3])
+def test_capped_neighbours_match_sets_over_the_drawn_edges(max_len: int) -> None:
+    """With h's and t's neighbours capped (drawn by the documented rng order), the supports equal set-based path
+    enumeration over the drawn edges (a middle entity's edges all count)."""
+    rng = np.random.default_rng(11)
+    triples = np.unique(np.stack([rng.integers(0, 25, 400), rng.integers(0, 3, 400), rng.integers(0, 25, 400)], 1), axis=0)
+    triples = triples[triples[:, 0] != triples[:, 2]]
+    g = SparseGraph.from_triples(triples, 25, 3)
+    got = mine_chain_rule_support(g, triples, max_len, samples_per_relation=10_000, max_neighbors=4, seed=5)
+    want = _drawn_reference(triples, 25, 3, max_len, cap=4, seed=5)
+    for q in range(6):
+        assert got[q] == want[q], q
+
+
+def test_closed_path_kernel_compiled_plain_and_sorted_agree() -> None:
+    """The compiled kernel, its plain-Python form, and both without the table of seen codes (the distinct-by-sorting
+    path large KGs take) give each triple the same distinct codes."""
+    rng = np.random.default_rng(2)
+    triples = np.unique(np.stack([rng.integers(0, 20, 300), rng.integers(0, 3, 300), rng.integers(0, 20, 300)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, 20, 3)
+    out = km._OutEdges(g)
+    facts = np.unique(directed_triples(triples, 3), axis=0)[:60]
+    inv = np.array([3, 4, 5, 0, 1, 2], dtype=np.int64)
+    sides = [np.arange(out.ptr[u], out.ptr[u + 1]) for h, _, t in facts.tolist() for u in (h, t)]
+    side_ptr = np.concatenate([[0], np.cumsum([s.size for s in sides])]).astype(np.int64)
+    args = (out.ptr, out.rel, out.dst, inv, facts[:, 0].copy(), facts[:, 2].copy(), 1, side_ptr, np.concatenate(sides))
+    runs = []
+    for kernel in (km._closed_paths, km._closed_path_kernel):
+        for seen in (np.zeros(7**3, np.int32), np.zeros(0, np.int32)):
+            codes, n = kernel(*args, 3, 7, seen)
+            runs.append(np.sort(codes[:n]))
+    assert runs[0].size > 100
+    for other in runs[1:]:
+        np.testing.assert_array_equal(other, runs[0])

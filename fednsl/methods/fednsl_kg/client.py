@@ -99,9 +99,9 @@ def _mine_relations(job: tuple[Any, ...], relations: list[int]) -> dict[int, dic
     for q, table in mine_chain_rule_support(graph, train, max_len, seed=seed, heads=heads, **opts).items():
         r = q if q < R else q - R
         slot = per_head.setdefault(r, {})
-        for body, n in table.items():
-            b = tuple(int(x) for x in body) if q < R else mirror(body, R)
-            slot[b] = slot.get(b, 0) + int(n)
+        for body, n in table.items():  # tuples of Python ints
+            b = body if q < R else mirror(body, R)
+            slot[b] = slot.get(b, 0) + n
     out = {}
     ranked_by_head = rank_heads_bodies(
         graph,
