@@ -2,7 +2,7 @@
 
 Workload: ``rules.kg_mining.mine_chain_rule_support`` with length-3 bodies, ``--samples`` sampled facts a head
 (500, as the FB15k-237 and WN18RR configs mine; 300 in ``fednsl_kg_own``) and 64 neighbours at h and t, seed 0.
-Ours is the library's call. The reference is the search the library used before 8 Dec 2026, kept here: numpy
+Ours is the library's call. The reference is the search the library used until 7 Dec 2026, kept here: numpy
 array operations per sampled triple (meet in the middle at h's and t's neighbours, as ours), with the same
 neighbour draws. Both run in the same process, one thread, in turn (ours, reference, ours, ...), and the
 supports must be equal. The compiled kernel is loaded (or compiled) once before timing.

@@ -121,6 +121,7 @@ class SparseGraph:
         self._dense: list[np.ndarray | None] = [None] * len(adjacency)
         self._stack: torch.Tensor | None = None  # (2R, E, E) float32 for path_entries on small graphs
         self._neighbourhood: sp.csr_matrix | None = None
+        self._relation_csr: tuple[np.ndarray, np.ndarray] | None = None
         self._relation_types: sp.csr_matrix | None = None
 
     # ------------------------------------------------------------------ construction
@@ -210,6 +211,23 @@ class SparseGraph:
         a body beginning with one of them can fire."""
         rows = [np.flatnonzero(np.diff(self.adjacency[int(q)].indptr)) for q in set(relations)]
         return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+    def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every relation's adjacency as one CSR, cached: ``indptr`` (2R, E + 1) int32 and ``indices`` (edges,)
+        int32, relation q's row u being ``indices[indptr[q, u]:indptr[q, u + 1]]`` (sorted targets)."""
+        if self._relation_csr is None:
+            E = self.num_entities
+            indptr = np.zeros((len(self.adjacency), E + 1), dtype=np.int64)
+            parts, offset = [], 0
+            for q, a in enumerate(self.adjacency):
+                a = a.tocsr()
+                a.sort_indices()
+                indptr[q] = a.indptr + offset
+                parts.append(a.indices)
+                offset += int(a.indptr[-1])
+            indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            self._relation_csr = indptr.astype(np.int32), indices.astype(np.int32)
+        return self._relation_csr
 
     def neighbourhood(self) -> sp.csr_matrix:
         """(E, 2R·E) 0/1 CSR, cached: row x has a 1 at column b·E + d for every directed edge x -b-> d (the

@@ -319,3 +319,35 @@ def test_closed_path_kernel_compiled_plain_and_sorted_agree() -> None:
     assert runs[0].size > 100
     for other in runs[1:]:
         np.testing.assert_array_equal(other, runs[0])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_walk_counts_by_sets_equal_pair_sets(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rule_statistics on walks without dense products counts by sets in one loop (compiled, or its plain-Python
+    form): support and body size equal the pair-set counts, over all starts and over a sample of them."""
+    if not compiled:
+        monkeypatch.setattr(km, "_reach", km._reach_kernel)
+    rng = np.random.default_rng(8)
+    triples = np.unique(np.stack([rng.integers(0, 20, 120), rng.integers(0, 3, 120), rng.integers(0, 20, 120)], 1), axis=0)
+    g = SparseGraph.from_triples(triples, 20, 3)
+    edges = {(h, r, t) for h, r, t in triples.tolist()} | {(t, r + 3, h) for h, r, t in triples.tolist()}
+    bodies = [(0,), (0, 3), (0, 3, 1), (0, 4, 2), (5,), (5, 5, 5), (1, 4)]
+    head_pairs = {(h, t) for h, r, t in edges if r == 2}
+    pair_sets = [_body_pairs(edges, b, 20) for b in bodies]
+    stats = rule_statistics(g, 2, bodies, dense=False)
+    for j, pairs in enumerate(pair_sets):
+        assert stats.body_size[j] == len(pairs), bodies[j]
+        assert stats.support[j] == len(pairs & head_pairs), bodies[j]
+    sampled = rule_statistics(g, 2, bodies, dense=False, max_starts=5, seed=1)
+    starts = g.sources([b[0] for b in bodies])
+    chosen = set(np.random.default_rng([1, 2]).choice(starts, size=5, replace=False).tolist())
+    for j, pairs in enumerate(pair_sets):
+        assert sampled.body_size[j] == sum(1 for x, _ in pairs if x in chosen)
+        assert sampled.support[j] == sum(1 for x, _ in pairs & head_pairs if x in chosen)
+    assert stats.support.sum() > 0
+
+
+def test_walk_counts_by_sets_refuse_relations_out_of_range() -> None:
+    g = SparseGraph.from_triples(np.array([[0, 0, 1], [1, 0, 2]]), 3, 1)
+    with pytest.raises(ValueError, match="outside"):
+        rule_statistics(g, 0, [(0, 2)], dense=False)
