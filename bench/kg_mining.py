@@ -7,8 +7,13 @@ array operations per sampled triple (meet in the middle at h's and t's neighbour
 neighbour draws. Both run in the same process, one thread, in turn (ours, reference, ours, ...), and the
 supports must be equal. The compiled kernel is loaded (or compiled) once before timing.
 
+``--confidences``: also the AMIE counts of each head's 300 best supported bodies from 1,000 sampled starts
+(``rule_statistics(..., max_starts=1000)``, as the FB15k-237 config re-ranks its pool) on a walks graph without
+dense products: counted by sets in the compiled loop against sparse products (``by_sets=False``), in turn, the
+counts equal. ``--heads N``: the first N heads (by id) only.
+
     python -m bench.kg_mining [--datasets fb15k237 wn18rr kinship_rnnlogic umls_rnnlogic pykeen:umls synthetic]
-                              [--samples 500] [--repeats 3]
+                              [--samples 500] [--repeats 3] [--confidences [--heads N]]
 
 Data: ``$FEDNSL_SHARED_DATA/kg/<name>/``; ``pykeen:NAME`` and ``synthetic`` need no shared data. A missing folder
 is skipped with a message naming it. The 1-minute load average is recorded (the machine is shared).
@@ -30,7 +35,7 @@ from bench._common import write_result
 from kg.grounding.sparse import SparseGraph
 from kg.kg_sources import load_kg
 from rules.kg_mining import _OutEdges as OutEdges
-from rules.kg_mining import directed_triples, mine_chain_rule_support
+from rules.kg_mining import directed_triples, mine_chain_rule_support, rule_statistics
 
 REPO = Path(__file__).resolve().parents[1]
 Body = tuple[int, ...]
@@ -153,7 +158,26 @@ def _body(code: int, base: int) -> Body:
     return tuple(out)
 
 
-def run_dataset(name: str, samples: int, repeats: int) -> dict[str, Any] | None:
+def time_confidences(graph: SparseGraph, supports: dict[int, dict[Body, int]], heads: int | None) -> dict[str, Any]:
+    """Seconds of each head's pool counts by sets and by sparse products (one call each, in turn), and equality."""
+    took = {"sets": 0.0, "products": 0.0}
+    equal = True
+    chosen = sorted(q for q, t in supports.items() if t)[:heads]
+    for q in chosen:
+        pool = sorted(supports[q], key=lambda b: (-supports[q][b], b))[:300]
+        counts = []
+        for label, by_sets in (("sets", True), ("products", False)):
+            t0 = time.perf_counter()
+            counts.append(rule_statistics(graph, q, pool, dense=False, max_starts=1000, by_sets=by_sets))
+            took[label] += time.perf_counter() - t0
+        a, b = counts
+        equal &= np.array_equal(a.support, b.support) and np.array_equal(a.body_size, b.body_size)
+    return {"heads": len(chosen), "seconds": took, "speedup": took["products"] / took["sets"], "counts_equal": equal}
+
+
+def run_dataset(
+    name: str, samples: int, repeats: int, confidences: bool = False, heads: int | None = None
+) -> dict[str, Any] | None:
     folder = Path(os.environ.get("FEDNSL_SHARED_DATA", REPO.parent / "shared" / "data")) / "kg" / name
     if name.startswith(("synthetic", "pykeen:")):
         kg = load_kg(name)
@@ -179,6 +203,10 @@ def run_dataset(name: str, samples: int, repeats: int) -> dict[str, Any] | None:
                 results[label] = reference_support(graph, train, *args)
             times[label].append(time.perf_counter() - t0)
     ours, ref = statistics.median(times["ours"]), statistics.median(times["reference"])
+    conf = None
+    if confidences:
+        rule_statistics(graph, 0, [(0,)], dense=False, max_starts=5, by_sets=True)  # load or compile first
+        conf = time_confidences(graph, results["ours"], heads)
     return {
         "dataset": name,
         "entities": kg.num_entities,
@@ -188,6 +216,7 @@ def run_dataset(name: str, samples: int, repeats: int) -> dict[str, Any] | None:
         "seconds": {"ours": ours, "reference": ref, "all": times},
         "speedup": ref / ours,
         "supports_equal": results["ours"] == results["reference"],
+        "confidences": conf,
         "load_avg_1min": os.getloadavg()[0],
     }
 
@@ -197,10 +226,13 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=["fb15k237", "wn18rr", "kinship_rnnlogic", "pykeen:umls"])
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--confidences", action="store_true")
+    ap.add_argument("--heads", type=int, default=None)
     ap.add_argument("--out", default="kg_mining_kernel")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    rows = [r for r in (run_dataset(n, args.samples, args.repeats) for n in args.datasets) if r is not None]
+    runs = (run_dataset(n, args.samples, args.repeats, args.confidences, args.heads) for n in args.datasets)
+    rows = [r for r in runs if r is not None]
     print("| set | E | R | bodies | compiled search | per-triple numpy (reference) | speed-up | supports equal |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -209,7 +241,16 @@ def main() -> None:
             f"| {r['dataset']} | {r['entities']} | {r['relations']} | {r['bodies']} | {s['ours']:.2f} s | "
             f"{s['reference']:.2f} s | {r['speedup']:.1f}× | {r['supports_equal']} |"
         )
+    for r in rows:
+        c = r["confidences"]
+        if c is not None:
+            print(
+                f"confidences, {r['dataset']}, {c['heads']} heads: by sets {c['seconds']['sets']:.2f} s, sparse "
+                f"products {c['seconds']['products']:.2f} s = {c['speedup']:.1f}× (equal: {c['counts_equal']})"
+            )
     command = f"python -m bench.kg_mining --datasets {' '.join(args.datasets)} --samples {args.samples}"
+    if args.confidences:
+        command += " --confidences" + ("" if args.heads is None else f" --heads {args.heads}")
     print(f"wrote {write_result(args.out, {'command': command, 'runs': rows})}")
 
 

@@ -16,7 +16,8 @@ Deterministic for a given ``seed`` (one numpy Generator per head relation, seede
 
 ``rule_statistics`` gives the AMIE/AnyBURL counts of given bodies on a graph: support (pairs (x, y) with the body
 and the head fact r(x, y)), body size (pairs (x, y) the body connects), head size (facts of r), from which
-confidence = support / body_size and head coverage = support / head_size.
+confidence = support / body_size and head coverage = support / head_size. On walks it counts by sets in one
+compiled loop over the starts (the FB15k-237 config's mining: 44 s against 123–209 s before, the same bodies).
 """
 
 from __future__ import annotations
@@ -575,14 +576,15 @@ def rule_statistics(
     dense: bool | None = None,
     max_starts: int | None = None,
     seed: int = 0,
+    by_sets: bool | None = None,
 ) -> RuleStatistics:
     """Support / body size / head size of each body for ``head`` (0..2R-1) on ``graph`` (no edge removed, the
     AMIE definition), computed over all start entities in batches of ``batch_size`` (bounded memory).
 
     ``dense``: batched dense path products (:func:`head_statistics`) instead of sparse ones; by default on a
     small graph (:func:`dense_statistics`: Nations, Kinship, UMLS; not FB15k-237 or WN18RR). Otherwise walks are
-    counted by sets in one compiled loop (:func:`_reach_kernel`, with numba), simple paths by sparse products in
-    start batches of ``batch_size``. All give the same counts.
+    counted by sets in one compiled loop (:func:`_reach_kernel`, with numba; ``by_sets=False``: by sparse products
+    too), simple paths by sparse products in start batches of ``batch_size``. All give the same counts.
 
     ``max_starts``: count over a uniform sample of at most this many start entities x (seeded by ``(seed, head)``)
     instead of all of them — support and body size are then the sample's counts, and their ratio estimates the
@@ -596,7 +598,11 @@ def rule_statistics(
         rng = np.random.default_rng([seed, head])
         starts_all = np.sort(rng.choice(starts_all, size=max_starts, replace=False))
     clean = [graph._check_body(b) for b in bodies]  # relations in range: the compiled loop does not check
-    if graph.paths == "walks" and HAVE_NUMBA and bodies:
+    if by_sets is None:
+        by_sets = graph.paths == "walks" and HAVE_NUMBA
+    elif by_sets and graph.paths != "walks":
+        raise ValueError("rule_statistics(by_sets=True) counts walks; this graph counts simple paths")
+    if by_sets and bodies:
         support, body_size = _reach_statistics(graph, head, clean, starts_all)
         return RuleStatistics(head, tuple(clean), support, body_size, int(head_adj.nnz))
     support = np.zeros(len(bodies), dtype=np.int64)

@@ -24,6 +24,7 @@ def test_reference_equals_library_with_capped_neighbours(max_len: int) -> None:
 
 
 def test_run_on_the_embedded_kg_reports_equal_supports() -> None:
-    row = run_dataset("synthetic", samples=50, repeats=1)
+    row = run_dataset("synthetic", samples=50, repeats=1, confidences=True, heads=4)
     assert row is not None and row["supports_equal"] and row["bodies"] > 0
     assert row["seconds"]["ours"] > 0 and row["seconds"]["reference"] > 0
+    assert row["confidences"]["heads"] == 4 and row["confidences"]["counts_equal"]

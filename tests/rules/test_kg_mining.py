@@ -351,3 +351,13 @@ def test_walk_counts_by_sets_refuse_relations_out_of_range() -> None:
     g = SparseGraph.from_triples(np.array([[0, 0, 1], [1, 0, 2]]), 3, 1)
     with pytest.raises(ValueError, match="outside"):
         rule_statistics(g, 0, [(0, 2)], dense=False)
+
+
+def test_counting_by_sets_takes_walks_only() -> None:
+    triples = np.array([[0, 0, 1], [1, 0, 2]])
+    walks = SparseGraph.from_triples(triples, 3, 1)
+    by_products = rule_statistics(walks, 0, [(0, 0), (1,)], dense=False, by_sets=False)
+    by_sets = rule_statistics(walks, 0, [(0, 0), (1,)], dense=False, by_sets=True)
+    np.testing.assert_array_equal(by_sets.body_size, by_products.body_size)
+    with pytest.raises(ValueError, match="simple paths"):
+        rule_statistics(SparseGraph.from_triples(triples, 3, 1, paths="simple"), 0, [(0,)], dense=False, by_sets=True)
