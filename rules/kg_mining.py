@@ -107,6 +107,17 @@ def _reserve(buf: np.ndarray, n: int, more: int) -> np.ndarray:
     return grown
 
 
+def _keep(code: int, i: int, seen: np.ndarray, found: np.ndarray, n: int) -> int:
+    """found[n] = code unless triple i already has it (by the ``seen`` table; without one, size 0, every code is
+    kept and sorted out later); returns the new count. ``found`` has room (:func:`_reserve`)."""
+    if seen.size:
+        if seen[code] == i + 1:
+            return n
+        seen[code] = i + 1
+    found[n] = code
+    return n + 1
+
+
 def _closed_path_kernel(
     ptr: np.ndarray,
     rel: np.ndarray,
@@ -147,12 +158,8 @@ def _closed_path_kernel(
         n = 0
         found = _reserve(found, 0, ptr[h + 1] - ptr[h])
         for e in range(ptr[h], ptr[h + 1]):  # length 1: a different relation between h and t
-            code = rel[e] + 1
-            if dst[e] == t and rel[e] != q and (sort or seen[code] != i + 1):
-                if not sort:
-                    seen[code] = i + 1
-                found[n] = code
-                n += 1
+            if dst[e] == t and rel[e] != q:
+                n = _keep(rel[e] + 1, i, seen, found, n)
         lo1, lo3, hi3 = side_ptr[2 * i], side_ptr[2 * i + 1], side_ptr[2 * i + 2]
         for k in range(lo1, lo3):
             y = dst[side_pos[k]]
@@ -173,12 +180,7 @@ def _closed_path_kernel(
             found = _reserve(found, n, count3[y])
             m = first3[y]  # length 2: h -b1-> y -b2-> t
             while m != -1:
-                code = code1[k] + code1[m] * base
-                if sort or seen[code] != i + 1:
-                    if not sort:
-                        seen[code] = i + 1
-                    found[n] = code
-                    n += 1
+                n = _keep(code1[k] + code1[m] * base, i, seen, found, n)
                 m = next3[m]
             if max_len < 3 or first1[y] != k:
                 continue
@@ -192,12 +194,7 @@ def _closed_path_kernel(
                     middle = code1[a] + (rel[e] + 1) * base
                     m = first3[z]
                     while m != -1:
-                        code = middle + code1[m] * base * base
-                        if sort or seen[code] != i + 1:
-                            if not sort:
-                                seen[code] = i + 1
-                            found[n] = code
-                            n += 1
+                        n = _keep(middle + code1[m] * base * base, i, seen, found, n)
                         m = next3[m]
                     a = next1[a]
         for k in range(lo1, hi3):
@@ -280,6 +277,7 @@ def _reach_kernel(
 
 
 _reserve = _jit(_reserve)
+_keep = _jit(_keep)
 _closed_paths = _jit(_closed_path_kernel)
 _reach = _jit(_reach_kernel)
 
