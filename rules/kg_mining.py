@@ -297,8 +297,9 @@ def _reach_statistics(
             child_lo[parent] = i if child_hi[parent] == 0 else child_lo[parent]
             child_hi[parent] = i + 1
     body_of = np.full(len(prefixes), -1, np.int64)
+    first: dict[Body, int] = {}  # a body listed twice is counted once, under its first index
     for j, b in enumerate(bodies):
-        body_of[index[b]] = j
+        body_of[index[b]] = first.setdefault(b, j)
     support = np.zeros(len(bodies), np.int64)
     body_size = np.zeros(len(bodies), np.int64)
     token = np.array([p[-1] for p in prefixes], np.int64)
@@ -318,7 +319,8 @@ def _reach_statistics(
         support,
         body_size,
     )
-    return support, body_size
+    same = np.array([first[b] for b in bodies], np.int64)
+    return support[same], body_size[same]
 
 
 def _closed_path_codes(
