@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from kg.grounding.dense_batch import dense_body_statistics
+from kg.grounding.dense_batch import dense_body_statistics, prefix_levels
 from kg.grounding.kernels import HAVE_NUMBA
 from kg.grounding.sparse import SparseGraph
 
@@ -286,12 +286,12 @@ def _reach_statistics(
     graph: SparseGraph, head: int, bodies: Sequence[Body], starts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(support, body_size) of walk-counted ``bodies`` from ``starts`` (:func:`_reach_kernel`)."""
-    levels = [sorted({b[: k + 1] for b in bodies if len(b) > k}) for k in range(max(map(len, bodies)))]
+    levels = prefix_levels(bodies)
     prefixes = [p for level in levels for p in level]
     index = {p: i for i, p in enumerate(prefixes)}
     child_lo = np.zeros(len(prefixes), np.int64)
     child_hi = np.zeros(len(prefixes), np.int64)
-    for i, p in enumerate(prefixes):  # a level's children of one parent are consecutive (sorted prefixes)
+    for i, p in enumerate(prefixes):  # a prefix's children are consecutive (prefix_levels)
         if len(p) > 1:
             parent = index[p[:-1]]
             child_lo[parent] = i if child_hi[parent] == 0 else child_lo[parent]
@@ -394,11 +394,8 @@ def mine_chain_rule_support(
         rng = np.random.default_rng([seed, q])
         if rows.shape[0] > samples_per_relation:
             rows = rows[np.sort(rng.choice(rows.shape[0], size=samples_per_relation, replace=False))]
-        found = [_closed_path_codes(out, rows, q, inv, max_len, max_neighbors, rng, base)] if len(rows) else []
-        if not found:
-            result[q] = {}
-            continue
-        codes, counts = np.unique(np.concatenate(found), return_counts=True)
+        found = _closed_path_codes(out, rows, q, inv, max_len, max_neighbors, rng, base)
+        codes, counts = np.unique(found, return_counts=True)
         result[q] = dict(zip(_decode(codes, base), counts.tolist()))
     return result
 

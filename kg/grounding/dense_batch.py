@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Excluded", "PathEntries", "dense_body_statistics", "dense_path_entries"]
+__all__ = ["Excluded", "PathEntries", "dense_body_statistics", "dense_path_entries", "prefix_levels"]
 
 #: (N, B, E) float32 tensors alive at once per level, at most (frontiers, the product, the gathered parents,
 #: the simple-path corrections): bounds the bodies taken per chunk.
@@ -118,6 +118,13 @@ def _two_cycles(adj: torch.Tensor, b: torch.Tensor, q: torch.Tensor) -> torch.Te
     return cyc[where]
 
 
+def prefix_levels(bodies: Sequence[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """The prefix trie of ``bodies`` by level: level k holds the distinct prefixes of length k + 1, sorted (so the
+    children of one prefix are consecutive)."""
+    depth = max((len(b) for b in bodies), default=0)
+    return [sorted({b[: k + 1] for b in bodies if len(b) > k}) for k in range(depth)]
+
+
 def _level_frontiers(
     adj: torch.Tensor,
     inverse: torch.Tensor,
@@ -130,8 +137,7 @@ def _level_frontiers(
     level's (N_k, B, E) path counts from the starts ``s``, one batched product a level."""
     B = int(s.numel())
     rows = torch.arange(B)
-    depth = max(len(b) for b in bodies)
-    levels = [sorted({b[: k + 1] for b in bodies if len(b) > k}) for k in range(depth)]
+    levels = prefix_levels(bodies)
     frontiers: list[torch.Tensor] = []
     for k, prefixes in enumerate(levels):
         last = torch.tensor([p[k] for p in prefixes], dtype=torch.long)

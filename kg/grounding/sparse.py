@@ -215,18 +215,11 @@ class SparseGraph:
     def relation_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """Every relation's adjacency as one CSR, cached: ``indptr`` (2R, E + 1) int32 and ``indices`` (edges,)
         int32, relation q's row u being ``indices[indptr[q, u]:indptr[q, u + 1]]`` (sorted targets)."""
-        if self._relation_csr is None:
+        if self._relation_csr is None:  # edge_keys are sorted by (q, u, v): the CSR is read off them
             E = self.num_entities
-            indptr = np.zeros((len(self.adjacency), E + 1), dtype=np.int64)
-            parts, offset = [], 0
-            for q, a in enumerate(self.adjacency):
-                a = a.tocsr()
-                a.sort_indices()
-                indptr[q] = a.indptr + offset
-                parts.append(a.indices)
-                offset += int(a.indptr[-1])
-            indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            self._relation_csr = indptr.astype(np.int32), indices.astype(np.int32)
+            rows = np.arange(len(self.adjacency))[:, None] * E + np.arange(E + 1)[None, :]
+            indptr = np.searchsorted(self.edge_keys // E, rows)
+            self._relation_csr = indptr.astype(np.int32), (self.edge_keys % E).astype(np.int32)
         return self._relation_csr
 
     def neighbourhood(self) -> sp.csr_matrix:

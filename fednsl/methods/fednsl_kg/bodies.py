@@ -23,8 +23,7 @@ def inverse_token(tok: int, num_relations: int) -> int:
 
 def mirror(body: Iterable[int], num_relations: int) -> Body:
     """The body of the same rule asked from the inverse head: (b1..bL) → (~bL..~b1)."""
-    R = num_relations
-    return tuple(t + R if t < R else t - R for t in map(int, reversed(tuple(body))))
+    return tuple(inverse_token(int(t), num_relations) for t in reversed(tuple(body)))
 
 
 def query_rule_sets(
